@@ -1,0 +1,13 @@
+"""User-facing errors: the CLI prints their message on one line and exits non-zero, no traceback."""
+
+
+class FourdbError(Exception):
+    """Bad input from the user (a schema, a data file, a task spec, a config)."""
+
+
+class SchemaError(FourdbError):
+    """The database folder or its schema.yaml is not valid."""
+
+
+class TaskError(FourdbError):
+    """A task spec cannot be materialized against its database."""

@@ -1,0 +1,52 @@
+"""Small helpers shared across stages: atomic writes, stable hashing, time conversion."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write to a temp file beside ``path`` and rename, so readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def stable_hash(*parts, length: int = 16) -> str:
+    """Hash of JSON-serialisable parts; used to key caches by their inputs and config."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:length]
+
+
+def to_epoch_seconds(values) -> np.ndarray:
+    """Datetimes to int64 seconds since 1970; missing values become INT64 min ("always known")."""
+    s = pd.to_datetime(pd.Series(values), errors="coerce")
+    if getattr(s.dt, "tz", None) is not None:
+        s = s.dt.tz_convert("UTC").dt.tz_localize(None)
+    out = s.astype("datetime64[s]").astype("int64").to_numpy()
+    out[s.isna().to_numpy()] = np.iinfo(np.int64).min
+    return out
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FOURDB_CACHE", Path.cwd() / ".fourdb_cache"))
