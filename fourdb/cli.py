@@ -1,0 +1,111 @@
+"""The ``fourdb`` command: run (a Hydra app), validate, datasets."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from fourdb.errors import FourdbError
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+log = logging.getLogger("fourdb")
+
+
+def _hydra_run(argv: list[str]) -> None:
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import DictConfig
+
+    @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+    def app(cfg: DictConfig) -> float | None:
+        from fourdb.run import format_records, run_experiment
+
+        out_dir = HydraConfig.get().runtime.output_dir
+        try:
+            record = run_experiment(cfg, out_dir)
+        except FourdbError as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+        log.info("run record: %s/record.json", out_dir)
+        print(format_records([record]), flush=True)
+        return record["metrics"]["val"][record["metric"]]
+
+    sys.argv = ["fourdb run", *argv]
+    app()
+
+
+class SummaryCallback:
+    """Hydra callback: after a sweep, print every run's metrics in one table."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def on_multirun_start(self, config, **kwargs):
+        pass
+
+    def on_run_start(self, config, **kwargs):
+        pass
+
+    def on_run_end(self, config, **kwargs):
+        pass
+
+    def on_job_start(self, config, **kwargs):
+        pass
+
+    def on_job_end(self, config, job_return, **kwargs):
+        pass
+
+    def on_multirun_end(self, config, **kwargs):
+        from fourdb.run import format_records
+
+        records = [json.loads(p.read_text()) for p in sorted(Path(config.hydra.sweep.dir).glob("*/record.json"))]
+        if records:
+            print(f"\nResults ({len(records)} runs, records under {config.hydra.sweep.dir}):")
+            print(format_records(records), flush=True)
+
+
+def _validate(args) -> int:
+    from fourdb.rdb import Database
+
+    db = Database.load(args.folder)
+    print(db.summary().to_string(index=False))
+    print(f"ok: {args.folder} is a valid database ({len(db.schema.tables)} tables)")
+    return 0
+
+
+def _datasets(args) -> int:
+    from fourdb.datasets import DATASETS
+    from fourdb.tasks import TASKS_DIR
+
+    for name, entry in sorted(DATASETS.items()):
+        tasks = sorted(p.stem for p in (TASKS_DIR / name).glob("*.yaml"))
+        print(f"{name:14s} {entry.description}")
+        print(f"{'':14s} tasks: {', '.join(tasks) or '-'}; params: {entry.defaults}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "run":
+        _hydra_run(argv[1:])
+        return 0
+    parser = argparse.ArgumentParser(prog="fourdb", description="Predictive ML on relational databases.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="run experiments (Hydra overrides follow, e.g. model=sage -m)")
+    p = sub.add_parser("validate", help="check a database folder (schema.yaml plus data files)")
+    p.add_argument("folder")
+    p.set_defaults(func=_validate)
+    p = sub.add_parser("datasets", help="list the built-in databases and their tasks")
+    p.set_defaults(func=_datasets)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except FourdbError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Per-dtype column preprocessing into a numeric block and a categorical-code block.
+
+Numeric: standardized, missing -> 0 plus a missing flag. Category: codes with 0 as the unknown /
+missing bucket. Datetime: year, month, weekday, hour and standardized epoch. Text: TF-IDF then
+truncated SVD. ``transform(df, masked=...)`` encodes masked columns as missing, which is how a
+row-column task's seed row hides the columns that are not known at its cutoff.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from fourdb.rdb.schema import Table
+
+MAX_CATEGORIES = 1000  # rarer values share the unknown bucket
+TEXT_DIMS = 8
+
+
+@dataclass
+class EncodedTable:
+    numeric: np.ndarray  # float32 [rows, numeric_dim]
+    categorical: np.ndarray  # int64 [rows, n_categorical], 0 = unknown
+    cardinalities: list[int] = field(default_factory=list)
+    numeric_names: list[str] = field(default_factory=list)
+    categorical_names: list[str] = field(default_factory=list)
+
+
+class TableEncoder:
+    """Fitted once per table; encodes any subset of its rows the same way."""
+
+    def __init__(self, table: Table, exclude: tuple[str, ...] = ()):
+        self.table = table
+        self.columns = [c for c in table.feature_columns if c.name not in exclude]
+        self.stats: dict = {}
+
+    def fit(self, df: pd.DataFrame) -> "TableEncoder":
+        for col in self.columns:
+            values = df[col.name]
+            if col.dtype == "numeric":
+                v = values.astype("float64")
+                self.stats[col.name] = (np.nanmean(v) if v.notna().any() else 0.0,
+                                        (np.nanstd(v) if v.notna().sum() > 1 else 1.0) or 1.0)
+            elif col.dtype == "category":
+                counts = values.dropna().astype(str).value_counts()
+                vocab = counts.index[:MAX_CATEGORIES]
+                self.stats[col.name] = {v: i + 1 for i, v in enumerate(vocab)}
+            elif col.dtype == "datetime":
+                secs = values.astype("int64").where(values.notna()) / 1e9
+                self.stats[col.name] = (np.nanmean(secs) if secs.notna().any() else 0.0,
+                                        (np.nanstd(secs) if secs.notna().sum() > 1 else 1.0) or 1.0)
+            elif col.dtype == "text":
+                self.stats[col.name] = self._fit_text(values)
+        return self
+
+    @staticmethod
+    def _fit_text(values: pd.Series):
+        from sklearn.decomposition import TruncatedSVD
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        docs = values.fillna("").astype(str)
+        vec = TfidfVectorizer(max_features=5000, min_df=1)
+        try:
+            x = vec.fit_transform(docs)
+        except ValueError:  # empty vocabulary: every value blank
+            return None
+        k = min(TEXT_DIMS, x.shape[1] - 1, x.shape[0] - 1)
+        if k < 1:
+            return None
+        svd = TruncatedSVD(n_components=k, random_state=0).fit(x)
+        return vec, svd
+
+    def transform(self, df: pd.DataFrame, masked: set[str] | frozenset = frozenset()) -> EncodedTable:
+        n = len(df)
+        nums, num_names, cats, cards, cat_names = [], [], [], [], []
+        for col in self.columns:
+            values = df[col.name]
+            hide = col.name in masked
+            if col.dtype == "numeric":
+                mean, std = self.stats[col.name]
+                v = ((values.astype("float64") - mean) / std).to_numpy()
+                miss = np.isnan(v) | hide
+                nums += [np.where(miss, 0.0, v), miss.astype(float)]
+                num_names += [col.name, f"{col.name}:missing"]
+            elif col.dtype == "category":
+                vocab = self.stats[col.name]
+                codes = values.astype(object).map(lambda x: vocab.get(str(x), 0) if x is not None and x == x else 0)
+                codes = np.zeros(n, dtype=np.int64) if hide else codes.to_numpy(dtype=np.int64)
+                cats.append(codes)
+                cards.append(len(vocab) + 1)
+                cat_names.append(col.name)
+            elif col.dtype == "datetime":
+                mean, std = self.stats[col.name]
+                dt = pd.to_datetime(values)
+                miss = dt.isna().to_numpy() | hide
+                parts = {
+                    "epoch": ((dt.astype("int64") / 1e9 - mean) / std).to_numpy(),
+                    "month": (dt.dt.month.to_numpy(dtype=float, na_value=np.nan) - 6.5) / 3.5,
+                    "weekday": (dt.dt.weekday.to_numpy(dtype=float, na_value=np.nan) - 3) / 2,
+                    "hour": (dt.dt.hour.to_numpy(dtype=float, na_value=np.nan) - 11.5) / 7,
+                }
+                for part, v in parts.items():
+                    nums.append(np.where(miss, 0.0, np.nan_to_num(v)))
+                    num_names.append(f"{col.name}:{part}")
+                nums.append(miss.astype(float))
+                num_names.append(f"{col.name}:missing")
+            elif col.dtype == "text":
+                fitted = self.stats[col.name]
+                if fitted is None:
+                    continue
+                vec, svd = fitted
+                z = svd.transform(vec.transform(values.fillna("").astype(str)))
+                if hide:
+                    z = np.zeros_like(z)
+                nums += list(z.T)
+                num_names += [f"{col.name}:svd{i}" for i in range(z.shape[1])]
+        numeric = np.stack(nums, 1).astype(np.float32) if nums else np.zeros((n, 0), np.float32)
+        categorical = np.stack(cats, 1) if cats else np.zeros((n, 0), np.int64)
+        return EncodedTable(numeric, categorical, cards, num_names, cat_names)

@@ -1,0 +1,124 @@
+"""Graph constructions of a database.
+
+* ``r2n``: every row is a node; each foreign key gives an edge type child -> parent and its reverse.
+* ``r2ne``: as r2n, but a pure link table (exactly two foreign keys, referenced by no other table)
+  becomes edges between the two tables it links, carrying its columns as edge features.
+
+Every node and edge carries a time in int64 seconds; ``ALWAYS`` marks rows with no time column
+(static rows, visible at any cutoff). An edge's time is when its source row can be reached through
+it: a child row's time for child -> parent, the parent's for parent -> child (the child at the
+destination is already admitted, so its keys are known), and the latest of the link row and source
+for r2ne edges. A sampler that checks edge times therefore never reaches a row from after the cutoff.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import dgl
+import numpy as np
+import pandas as pd
+import torch
+
+from fourdb.errors import FourdbError
+from fourdb.features.columns import EncodedTable, TableEncoder
+from fourdb.rdb import Database
+from fourdb.utils import to_epoch_seconds
+
+ALWAYS = np.iinfo(np.int64).min
+
+
+@dataclass
+class RelGraph:
+    g: dgl.DGLHeteroGraph
+    kind: str
+    features: dict[str, EncodedTable]  # per node type
+    encoders: dict[str, TableEncoder]
+    edge_features: dict[tuple, EncodedTable] = field(default_factory=dict)
+
+    @property
+    def ntypes(self) -> list[str]:
+        return list(self.g.ntypes)
+
+    @property
+    def canonical_etypes(self) -> list[tuple[str, str, str]]:
+        return list(self.g.canonical_etypes)
+
+    def node_time(self, ntype: str) -> np.ndarray:
+        return self.g.nodes[ntype].data["time"].numpy()
+
+    def edges(self, etype: tuple[str, str, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        src, dst = self.g.edges(etype=etype)
+        return src.numpy(), dst.numpy(), self.g.edges[etype].data["time"].numpy()
+
+
+def link_tables(db: Database) -> set[str]:
+    referenced = {fk.link_table for t in db.schema.tables for fk in t.foreign_keys}
+    return {t.name for t in db.schema.tables if len(t.foreign_keys) == 2 and t.name not in referenced}
+
+
+def build_graph(db: Database, kind: str = "r2ne") -> RelGraph:
+    if kind not in GRAPHS:
+        raise FourdbError(f"unknown graph construction '{kind}' (choose from {', '.join(GRAPHS)})")
+    as_edges = link_tables(db) if kind == "r2ne" else set()
+    times, key_index = {}, {}
+    for t in db.schema.tables:
+        df = db.tables[t.name]
+        times[t.name] = to_epoch_seconds(df[t.time_column]) if t.time_column else np.full(len(df), ALWAYS)
+        if t.primary_key:
+            key_index[t.name] = pd.Index(df[t.primary_key])
+
+    def rows_of(table: str, values: pd.Series) -> np.ndarray:
+        return key_index[table].get_indexer(values)
+
+    edges, edge_time, edge_feats, encoders, features = {}, {}, {}, {}, {}
+    for t in db.schema.tables:
+        df = db.tables[t.name]
+        fks = t.foreign_keys
+        if t.name in as_edges:
+            a, b = fks
+            sa, sb = rows_of(a.link_table, df[a.name]), rows_of(b.link_table, df[b.name])
+            ok = (sa >= 0) & (sb >= 0)
+            enc = TableEncoder(t).fit(df)
+            encoders[t.name] = enc
+            feats = enc.transform(df[ok].reset_index(drop=True))
+            row_t = times[t.name][ok]
+            for (src_t, src, dst_t, dst, name) in ((a.link_table, sa[ok], b.link_table, sb[ok], t.name),
+                                                   (b.link_table, sb[ok], a.link_table, sa[ok], f"{t.name}__rev")):
+                et = (src_t, name, dst_t)
+                edges[et] = (src, dst)
+                edge_time[et] = np.maximum(row_t, times[src_t][src])
+                edge_feats[et] = feats
+            continue
+        for fk in fks:
+            parent_rows = rows_of(fk.link_table, df[fk.name])
+            child_rows = np.arange(len(df))
+            ok = parent_rows >= 0
+            c, p = child_rows[ok], parent_rows[ok]
+            fwd = (t.name, f"{t.name}__{fk.name}", fk.link_table)
+            rev = (fk.link_table, f"{t.name}__{fk.name}__rev", t.name)
+            edges[fwd], edge_time[fwd] = (c, p), times[t.name][c]
+            # the child (destination) is already admitted at the cutoff, so its own key is known then
+            edges[rev], edge_time[rev] = (p, c), times[fk.link_table][p]
+    node_tables = [t for t in db.schema.tables if t.name not in as_edges]
+    g = dgl.heterograph(
+        {et: (torch.from_numpy(np.asarray(s, dtype=np.int64)), torch.from_numpy(np.asarray(d, dtype=np.int64)))
+         for et, (s, d) in edges.items()},
+        num_nodes_dict={t.name: len(db.tables[t.name]) for t in node_tables},
+    )
+    for t in node_tables:
+        enc = TableEncoder(t).fit(db.tables[t.name])
+        encoders[t.name] = enc
+        features[t.name] = enc.transform(db.tables[t.name])
+        g.nodes[t.name].data["time"] = torch.from_numpy(times[t.name])
+        g.nodes[t.name].data["num"] = torch.from_numpy(features[t.name].numeric)
+        g.nodes[t.name].data["cat"] = torch.from_numpy(features[t.name].categorical)
+    for et in edges:
+        g.edges[et].data["time"] = torch.from_numpy(np.asarray(edge_time[et], dtype=np.int64))
+        if et in edge_feats:
+            g.edges[et].data["num"] = torch.from_numpy(edge_feats[et].numeric)
+            g.edges[et].data["cat"] = torch.from_numpy(edge_feats[et].categorical)
+    return RelGraph(g, kind, features, encoders, edge_feats)
+
+
+GRAPHS = {"r2n": "every row a node, foreign keys as edges",
+          "r2ne": "as r2n, with pure link tables turned into featured edges"}

@@ -1,0 +1,146 @@
+"""One experiment, start to finish: database -> task -> inputs -> model -> metrics -> run record."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import random
+import resource
+import subprocess
+import time
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from fourdb.datasets import load_dataset
+from fourdb.engine.loader import GraphData
+from fourdb.engine.sampler import TemporalSampler
+from fourdb.features import TableData, build_table_features
+from fourdb.graph import build_graph
+from fourdb.models import TaskInfo, create_model
+from fourdb.tasks import Task, load_task
+from fourdb.train.metrics import evaluate
+from fourdb.train.trainer import TrainerConfig
+from fourdb.utils import atomic_write_text, to_epoch_seconds
+
+log = logging.getLogger("fourdb")
+RECORD_VERSION = 1
+SPLITS = ("train", "val", "test")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def subsample(task: Task, max_train: int | None, max_eval: int | None, seed: int) -> dict[str, pd.DataFrame]:
+    """Per-split seed frames, capped (reproducibly) where the config asks; says so in the log."""
+    out = {}
+    for split in SPLITS:
+        frame = task.split(split)
+        cap = max_train if split == "train" else max_eval
+        if cap and len(frame) > cap:
+            log.info("subsampling %s seeds: %d of %d (config max_%s_seeds)", split, cap, len(frame),
+                     "train" if split == "train" else "eval")
+            frame = frame.sample(n=cap, random_state=seed).sort_values(["cutoff", "node"]).reset_index(drop=True)
+        out[split] = frame
+    return out
+
+
+def graph_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> GraphData:
+    graph = build_graph(db, cfg.graph.kind)
+    seed_type = task.spec.entity_table
+    hidden = set(task.hidden_columns)
+    fks = {c.name for c in db.schema.table(seed_type).foreign_keys}
+    hidden_etypes = frozenset(et[1] for et in graph.canonical_etypes
+                              if et[2] == seed_type and any(et[1] == f"{seed_type}__{c}__rev" for c in hidden & fks))
+    sampler = TemporalSampler(graph, list(cfg.sampler.fanouts), cfg.sampler.strategy)
+    seed_features = graph.encoders[seed_type].transform(db.tables[seed_type], masked=hidden)
+    return GraphData(
+        graph=graph, sampler=sampler, seed_type=seed_type,
+        seeds={s: f["node"].to_numpy() for s, f in splits.items()},
+        cutoffs={s: to_epoch_seconds(f["cutoff"]) for s, f in splits.items()},
+        labels={s: splits[s]["label"].to_numpy() for s in ("train", "val")},
+        seed_features=seed_features, hidden_etypes=hidden_etypes,
+    )
+
+
+def table_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> TableData:
+    return TableData(build_table_features(cfg.features.name, db, task, splits),
+                     {s: splits[s]["label"].to_numpy() for s in ("train", "val")})
+
+
+def environment() -> dict:
+    def version(pkg):
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            return None
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {
+        "packages": {p: version(p) for p in ("fourdb", "torch", "dgl", "duckdb", "pandas", "numpy", "scikit-learn")},
+        "git_commit": commit,
+        "hardware": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
+    }
+
+
+def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
+    start = time.perf_counter()
+    seed_everything(cfg.seed)
+    dataset = cfg.dataset.name
+    db = load_dataset(dataset, **(cfg.dataset.get("params") or {}))
+    task = load_task(db, dataset, cfg.task)
+    splits = subsample(task, cfg.get("max_train_seeds"), cfg.get("max_eval_seeds"), cfg.seed)
+    info = TaskInfo(task.spec.task_type, task.num_classes, task.spec.metric)
+    model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
+    if model.input_kind == "graph":
+        data, inputs = graph_inputs(cfg, db, task, splits), {"graph": cfg.graph.kind, "sampler": dict(cfg.sampler)}
+    else:
+        data, inputs = table_inputs(cfg, db, task, splits), {"features": cfg.features.name}
+    trainer_cfg = TrainerConfig(**OmegaConf.to_container(cfg.trainer, resolve=True))
+    fit_start = time.perf_counter()
+    model.fit(data, trainer_cfg)
+    fit_seconds = time.perf_counter() - fit_start
+    metrics = {s: evaluate(task.spec.metrics, splits[s]["label"].to_numpy(), model.predict(data, s)) for s in SPLITS}
+    record = {
+        "record_version": RECORD_VERSION,
+        "dataset": dataset, "task": task.spec.name, "task_spec_hash": task.spec.spec_hash,
+        "task_type": task.spec.task_type, "metric": task.spec.metric,
+        "model": cfg.model.name, "inputs": inputs, "seed": int(cfg.seed),
+        "metrics": metrics,
+        "num_seeds": {s: int(len(splits[s])) for s in SPLITS},
+        "num_seeds_available": {s: int((task.frame["split"] == s).sum()) for s in SPLITS},
+        "fit_seconds": fit_seconds, "wall_seconds": time.perf_counter() - start,
+        "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "history": getattr(getattr(model, "trainer", None), "history", []),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        **environment(),
+    }
+    if out_dir is not None:
+        atomic_write_text(Path(out_dir) / "record.json", json.dumps(record, indent=2, default=str))
+    return record
+
+
+def format_records(records: list[dict]) -> str:
+    rows = []
+    for r in records:
+        row = {"dataset": r["dataset"], "task": r["task"], "model": r["model"], "seed": r["seed"]}
+        for split in ("val", "test"):
+            for name, value in r["metrics"][split].items():
+                row[f"{split}_{name}"] = round(value, 4)
+        row["train_seeds"] = f"{r['num_seeds']['train']}/{r['num_seeds_available']['train']}"
+        row["wall_s"] = round(r["wall_seconds"], 1)
+        rows.append(row)
+    return pd.DataFrame(rows).to_string(index=False)
