@@ -1,11 +1,16 @@
-"""Temporal neighbour sampling as vectorized array operations (no per-seed Python loop).
+"""Temporal neighbour sampling as vectorized tensor operations (no per-seed Python loop).
 
 Per edge type the in-edges of every node are stored CSC-style, sorted by edge time. For a frontier of
 (node, cutoff) pairs one ``searchsorted`` finds, for all pairs at once, how many in-edges are known at
 the pair's cutoff; the fanout is then drawn from that prefix (uniformly without replacement by a
-vectorized Floyd's algorithm, or the most recent ones). A sampled neighbour inherits its seed's
-cutoff, and a block node is a (node, cutoff) pair, so two seeds with different cutoffs never share
-a neighbourhood computed for the other's cutoff.
+vectorized Floyd's algorithm, or the most recent ones; a negative fanout takes them all). A sampled
+neighbour inherits its seed's cutoff, and a block node is a (node, cutoff) pair, so two seeds with
+different cutoffs never share a neighbourhood computed for the other's cutoff.
+
+All array work is torch, so the same code runs on the CPU or, with ``device="cuda"``, on the GPU (the
+index lives on that device and the blocks are built there). Random numbers always come from the
+caller's ``numpy.random.Generator`` (drawn on the host, one array per edge type and hop), so a seed
+fixes the sample on every device alike.
 """
 from __future__ import annotations
 
@@ -24,10 +29,13 @@ STRATEGIES = ("uniform", "recent")
 class EdgeIndex:
     """In-edges of one edge type, grouped by destination and sorted by (destination, time)."""
 
-    indptr: np.ndarray  # [num_dst + 1]
-    src: np.ndarray  # source node of each sorted edge
-    eid: np.ndarray  # original edge id (for edge features)
-    key: np.ndarray  # dst * span + time rank: globally sorted, one searchsorted answers all pairs
+    indptr: torch.Tensor  # [num_dst + 1]
+    src: torch.Tensor  # source node of each sorted edge
+    eid: torch.Tensor  # original edge id (for edge features)
+    key: torch.Tensor  # dst * span + time rank: globally sorted, one searchsorted answers all pairs
+
+    def to(self, device) -> "EdgeIndex":
+        return EdgeIndex(*(t.to(device) for t in (self.indptr, self.src, self.eid, self.key)))
 
 
 class TimeCoder:
@@ -59,7 +67,8 @@ def build_edge_index(graph: RelGraph) -> tuple[dict, TimeCoder]:
         order = np.argsort(key, kind="stable")
         indptr = np.zeros(num_dst + 1, dtype=np.int64)
         np.cumsum(np.bincount(dst, minlength=num_dst), out=indptr[1:])
-        index[et] = EdgeIndex(indptr, src[order].astype(np.int64), order.astype(np.int64), key[order])
+        index[et] = EdgeIndex(*(torch.from_numpy(np.ascontiguousarray(a)) for a in
+                                (indptr, src[order].astype(np.int64), order.astype(np.int64), key[order])))
     return index, coder
 
 
@@ -72,57 +81,94 @@ class SampledBatch:
     num_seeds: int
 
 
+def _as_tensor(x, device) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x.to(device=device, dtype=torch.int64)
+    return torch.as_tensor(np.asarray(x, dtype=np.int64), device=device)
+
+
 class TemporalSampler:
-    def __init__(self, graph: RelGraph, fanouts: list[int], strategy: str = "uniform"):
+    """``fanouts`` one per layer, seed layer last; a negative fanout takes every known neighbour."""
+
+    def __init__(self, graph: RelGraph, fanouts: list[int], strategy: str = "uniform", device="cpu",
+                 _index=None):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown sampling strategy '{strategy}' (choose from {STRATEGIES})")
         self.graph = graph
-        self.fanouts = list(fanouts)
+        self.fanouts = [int(f) for f in fanouts]
         self.strategy = strategy
-        self.index, self.coder = build_edge_index(graph)
+        self.device = torch.device(device)
+        if _index is None:
+            _index = build_edge_index(graph)
+        index, self.coder = _index
+        self.index = {et: ix.to(self.device) for et, ix in index.items()}
         self.by_dst: dict[str, list] = {}
         for et in graph.canonical_etypes:
             self.by_dst.setdefault(et[2], []).append(et)
 
-    def _draw(self, counts: np.ndarray, fanout: int, rng: np.random.Generator):
-        """Offsets into each pair's known prefix: all when few, else ``fanout`` of them."""
-        take = np.minimum(counts, fanout)
-        rows = np.repeat(np.arange(len(counts)), take)
-        small = counts <= fanout
-        # pairs with few neighbours take all of them
-        starts = np.cumsum(take) - take
-        offsets = np.arange(take.sum()) - np.repeat(starts, take)
-        big = np.nonzero(~small)[0]
-        if len(big):
+    def config(self) -> dict:
+        return {"fanouts": self.fanouts, "strategy": self.strategy}
+
+    def with_fanouts(self, fanouts: list[int]) -> "TemporalSampler":
+        """The same index with other fanouts (e.g. full neighbourhoods for evaluation)."""
+        return TemporalSampler(self.graph, fanouts, self.strategy, self.device, (self.index, self.coder))
+
+    def to(self, device) -> "TemporalSampler":
+        return TemporalSampler(self.graph, self.fanouts, self.strategy, device, (self.index, self.coder))
+
+    def _draw(self, counts: torch.Tensor, fanout: int, rng: np.random.Generator):
+        """Offsets into each pair's known prefix: all when few (or fanout < 0), else ``fanout`` of them."""
+        dev = counts.device
+        take = counts if fanout < 0 else torch.clamp(counts, max=fanout)
+        n = len(counts)
+        rows = torch.repeat_interleave(torch.arange(n, device=dev), take)
+        starts = torch.cumsum(take, 0) - take
+        offsets = torch.arange(len(rows), device=dev) - starts[rows]
+        if fanout < 0:
+            return rows, offsets
+        big = torch.nonzero(counts > fanout).view(-1)
+        nb = len(big)
+        if nb:
             c = counts[big]
+            steps = torch.arange(fanout, device=dev)
             if self.strategy == "recent":
-                chosen = c[:, None] - fanout + np.arange(fanout)[None, :]
+                chosen = c[:, None] - fanout + steps[None, :]
             else:  # Floyd's algorithm, one column at a time, vectorized over pairs
-                chosen = np.empty((len(big), fanout), dtype=np.int64)
+                u = torch.from_numpy(rng.random((fanout, nb))).to(dev)
+                chosen = torch.empty((nb, fanout), dtype=torch.int64, device=dev)
                 for i in range(fanout):
                     j = c - fanout + i
-                    r = (rng.random(len(big)) * (j + 1)).astype(np.int64)
-                    dup = (chosen[:, :i] == r[:, None]).any(1) if i else np.zeros(len(big), bool)
-                    chosen[:, i] = np.where(dup, j, r)
-            pos = np.repeat(np.isin(np.arange(len(counts)), big), take)
-            offsets[pos] = chosen.reshape(-1) if self.strategy == "recent" else np.sort(chosen, 1).reshape(-1)
+                    r = (u[i] * (j + 1)).to(torch.int64)
+                    if i:
+                        dup = (chosen[:, :i] == r[:, None]).any(1)
+                        r = torch.where(dup, j, r)
+                    chosen[:, i] = r
+                chosen = torch.sort(chosen, 1).values
+            is_big = torch.zeros(n, dtype=torch.bool, device=dev)
+            is_big[big] = True
+            offsets[is_big[rows]] = chosen.reshape(-1)
         return rows, offsets
 
-    def sample(self, seed_type: str, seeds: np.ndarray, cutoffs: np.ndarray, rng: np.random.Generator,
+    def sample(self, seed_type: str, seeds, cutoffs, rng: np.random.Generator,
                hidden_etypes: frozenset = frozenset()) -> SampledBatch:
         """Blocks for ``seeds`` of ``seed_type``, each seen as of its cutoff (int64 seconds).
 
         ``hidden_etypes`` are edge types into the seed rows themselves that must not be used: the
         foreign keys a row-column task hides.
         """
-        seeds = np.asarray(seeds, dtype=np.int64)
-        cut_values, cut_rank = np.unique(np.asarray(cutoffs, dtype=np.int64), return_inverse=True)
-        n_cut = len(cut_values)
-        cut_codes = self.coder.code(cut_values)
+        dev = self.device
+        seeds = _as_tensor(seeds, dev)
+        cut_np = cutoffs.cpu().numpy() if isinstance(cutoffs, torch.Tensor) else np.asarray(cutoffs, np.int64)
+        cut_values_np, cut_rank_np = np.unique(cut_np, return_inverse=True)
+        n_cut = len(cut_values_np)
+        cut_values = torch.from_numpy(cut_values_np).to(dev)
+        cut_codes = torch.from_numpy(self.coder.code(cut_values_np)).to(dev)
+        span = self.coder.span
         # frontier per type: pair keys (node * n_cut + cutoff rank), dst nodes first
-        frontier = {seed_type: seeds * n_cut + cut_rank}
-        if len(np.unique(frontier[seed_type])) != len(seeds):
+        frontier = {seed_type: seeds * n_cut + torch.from_numpy(cut_rank_np.reshape(-1)).to(dev)}
+        if len(torch.unique(frontier[seed_type])) != len(seeds):
             raise ValueError("seeds must be distinct (node, cutoff) pairs")
+        empty = torch.zeros(0, dtype=torch.int64, device=dev)
         blocks = []
         for fanout in reversed(self.fanouts):
             src_keys = {t: [k] for t, k in frontier.items()}
@@ -132,9 +178,9 @@ class TemporalSampler:
                 for et in self.by_dst.get(dst_type, []):
                     ix = self.index[et]
                     lo = ix.indptr[nodes]
-                    hi = np.searchsorted(ix.key, nodes * self.coder.span + cut_codes[ranks], side="right")
-                    counts = np.maximum(hi - lo, 0)
-                    if et in hidden_etypes and dst_type == seed_type:
+                    hi = torch.searchsorted(ix.key, nodes * span + cut_codes[ranks], right=True)
+                    counts = torch.clamp(hi - lo, min=0)
+                    if (et in hidden_etypes or et[1] in hidden_etypes) and dst_type == seed_type:
                         counts[: len(seeds)] = 0
                     rows, offsets = self._draw(counts, fanout, rng)
                     nbr = ix.src[lo[rows] + offsets]
@@ -142,24 +188,24 @@ class TemporalSampler:
                     src_keys.setdefault(et[0], []).append(edges[et][0])
             src_unique = {}
             for t, parts in src_keys.items():
-                dst_part = frontier.get(t, np.zeros(0, np.int64))
+                dst_part = frontier.get(t, empty)
                 rest = parts[1:] if t in frontier else parts
-                rest = np.unique(np.concatenate(rest)) if rest else np.zeros(0, np.int64)
-                rest = rest[~np.isin(rest, dst_part)]
-                src_unique[t] = np.concatenate([dst_part, rest])
-            lookup = {t: (np.argsort(k, kind="stable"), np.sort(k)) for t, k in src_unique.items()}
+                rest = torch.unique(torch.cat(rest)) if rest else empty
+                if len(dst_part):
+                    rest = rest[~torch.isin(rest, dst_part)]
+                src_unique[t] = torch.cat([dst_part, rest])
+            lookup = {t: torch.sort(k, stable=True) for t, k in src_unique.items()}
             block_edges = {}
             for et, (nbr_keys, dst_rows) in edges.items():
-                order, sorted_keys = lookup[et[0]]
-                src_local = order[np.searchsorted(sorted_keys, nbr_keys)]
-                block_edges[et] = (torch.from_numpy(src_local), torch.from_numpy(dst_rows))
+                sorted_keys, order = lookup[et[0]]
+                block_edges[et] = (order[torch.searchsorted(sorted_keys, nbr_keys)], dst_rows)
             num_src = {t: len(src_unique.get(t, ())) for t in self.graph.ntypes}
             num_dst = {t: len(frontier.get(t, ())) for t in self.graph.ntypes}
             for et in self.graph.canonical_etypes:
-                block_edges.setdefault(et, (torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64)))
-            block = dgl.create_block(block_edges, num_src_nodes=num_src, num_dst_nodes=num_dst)
-            blocks.insert(0, block)
+                block_edges.setdefault(et, (empty, empty))
+            blocks.insert(0, dgl.create_block(block_edges, num_src_nodes=num_src, num_dst_nodes=num_dst,
+                                              device=dev))
             frontier = src_unique
-        input_nodes = {t: torch.from_numpy(k // n_cut) for t, k in frontier.items()}
-        input_cutoffs = {t: torch.from_numpy(cut_values[k % n_cut]) for t, k in frontier.items()}
+        input_nodes = {t: k // n_cut for t, k in frontier.items()}
+        input_cutoffs = {t: cut_values[k % n_cut] for t, k in frontier.items()}
         return SampledBatch(blocks, input_nodes, input_cutoffs, seed_type, len(seeds))
