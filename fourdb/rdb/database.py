@@ -51,7 +51,7 @@ def _coerce_column(table: Table, name: str, dtype: str, values: pd.Series) -> pd
         if pd.api.types.is_datetime64_any_dtype(values):
             out = values
         else:
-            out = pd.to_datetime(values, errors="coerce", format="mixed")
+            out = pd.to_datetime(values, errors="coerce", format="mixed", utc=True)
             bad = out.isna() & values.notna()
             if bad.any():
                 raise SchemaError(f"{where}: {_first_bad(values, bad)} is not a parseable timestamp")
@@ -100,11 +100,13 @@ class Database:
         if table.time_column is not None:
             if table.time_column not in table.column_names:
                 raise SchemaError(
-                    f"table '{table.name}': time_column '{table.time_column}' is not a declared column"
+                    f"table '{table.name}', column '{table.time_column}': time_column is not a declared column"
                 )
-            if table.column(table.time_column).dtype != "datetime":
+            tdtype = table.column(table.time_column).dtype
+            if tdtype != "datetime":
                 raise SchemaError(
-                    f"table '{table.name}': time_column '{table.time_column}' must have dtype datetime"
+                    f"table '{table.name}', column '{table.time_column}': time_column must have dtype "
+                    f"datetime, not {tdtype}"
                 )
         out = pd.DataFrame(
             {c.name: _coerce_column(table, c.name, c.dtype, raw[c.name]) for c in table.columns}
@@ -150,6 +152,8 @@ class Database:
                 if dangling.any():
                     n = int(dangling.sum())
                     if schema.on_dangling_foreign_key == "null":
+                        if pd.api.types.is_integer_dtype(values):
+                            values = values.astype("Int64")  # int64 would turn into float64 and lose precision
                         tables[table.name][fk.name] = values.where(~dangling, None)
                         continue
                     first = values[dangling].iloc[0]

@@ -139,7 +139,9 @@ class Schema:
                             f"table '{tname}', column '{c['name']}': foreign_key needs "
                             f"link_to: Table.column"
                         )
-                cols.append(Column(str(c["name"]), c["dtype"], c.get("link_to"), bool(c.get("inferred", False))))
+                link = c.get("link_to")
+                cols.append(Column(str(c["name"]), c["dtype"], None if link is None else str(link),
+                                   bool(c.get("inferred", False))))
             if not cols:
                 raise SchemaError(f"table '{tname}': no columns declared")
             if sum(c.dtype == "primary_key" for c in cols) > 1:
