@@ -3,19 +3,30 @@
 Features of a block's input nodes are gathered from the graph's encoded tables; the seed rows
 themselves take the task's masked encoding (a row-column task hides the columns not known at the
 cutoff). Each input node also gets its age at its cutoff, so a model can weigh recent rows.
+
+``GraphSource`` is what the trainer pulls from. How it makes training batches is the engine's choice
+(``EngineConfig``): sampled online every epoch, or replayed from an offline store sampled once (the
+same batches, bit for bit), prefetched on sampler threads while the model computes; ``auto`` profiles
+a few batches and picks. Each epoch's plan (order and one random seed per batch) is drawn from the
+trainer's generator up front, so a batch never depends on how many threads made it.
 """
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from fourdb.engine.config import EngineConfig
+from fourdb.engine.pipeline import prefetch
 from fourdb.engine.sampler import TemporalSampler
 from fourdb.features.columns import EncodedTable
 from fourdb.graph.build import ALWAYS, RelGraph
 
 SECONDS_PER_DAY = 86400.0
+log = logging.getLogger("fourdb")
 
 
 @dataclass
@@ -30,48 +41,134 @@ class GraphData:
     hidden_etypes: frozenset = field(default_factory=frozenset)
 
 
+def row_features(data: GraphData, ntype: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Encoded columns of ``rows``; for the seed type a row ``n + i`` (n rows) is row i masked."""
+    feats = data.graph.features[ntype]
+    num, cat = feats.numeric[rows % len(feats.numeric)], feats.categorical[rows % len(feats.numeric)]
+    if ntype == data.seed_type:
+        masked = rows >= len(feats.numeric)
+        if masked.any():
+            m = rows[masked] - len(feats.numeric)
+            num[masked], cat[masked] = data.seed_features.numeric[m], data.seed_features.categorical[m]
+    return num, cat
+
+
+def relative_time(data: GraphData, ntype: str, nodes: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
+    """[log(1 + age in days at the cutoff), is static] per (node, cutoff) pair, float32."""
+    node_t = data.graph.node_time(ntype)[nodes]
+    static = node_t == ALWAYS
+    age = np.where(static, 0.0, (cutoffs - node_t) / SECONDS_PER_DAY)
+    return np.stack([np.log1p(np.clip(age, 0, None)), static.astype(np.float64)], 1).astype(np.float32)
+
+
+def input_rows(data: GraphData, ntype: str, nodes: np.ndarray, num_seeds: int) -> np.ndarray:
+    """Feature rows of a block's input nodes: the first ``num_seeds`` of the seed type are masked."""
+    rows = nodes.astype(np.int64, copy=True)
+    if ntype == data.seed_type and num_seeds:
+        rows[:num_seeds] += data.graph.features[ntype].numeric.shape[0]
+    return rows
+
+
 class GraphSource:
     """The data source the trainer pulls from: sampled blocks plus gathered features."""
 
-    def __init__(self, data: GraphData, batch_size: int, eval_seed: int = 12345):
+    def __init__(self, data: GraphData, batch_size: int, eval_seed: int = 12345,
+                 engine: EngineConfig | dict | None = None):
         self.data, self.batch_size, self.eval_seed = data, batch_size, eval_seed
+        self.engine = engine if isinstance(engine, EngineConfig) else EngineConfig.from_dict(engine)
+        dev = self.engine.sampler_device()
+        self.sampler = data.sampler if str(data.sampler.device) == dev else data.sampler.to(dev)
+        self.mode = None if self.engine.mode == "auto" else self.engine.mode
+        self.workers = self.engine.workers
+        self.cache_mb = self.engine.cache_mb
+        self.plan = None  # the auto decision, with its predicted epoch time
+        self.epoch_seconds: list[float] = []
+        self._store = None
+        self._module, self._device = None, None
 
+    # ------------------------------------------------------------------ data access
     def labels(self, split: str) -> np.ndarray:
         return self.data.labels[split]
 
     def num_train_batches(self) -> int:
         return -(-len(self.data.seeds["train"]) // self.batch_size)
 
-    def _batch(self, split: str, idx: np.ndarray, rng: np.random.Generator):
+    def epoch_plan(self, rng: np.random.Generator) -> list[tuple[np.ndarray, int]]:
+        """Batches of one epoch: seed positions and a random seed each, drawn from ``rng`` up front."""
+        order = rng.permutation(len(self.data.seeds["train"]))
+        chunks = [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+        seeds = rng.integers(0, np.iinfo(np.int64).max, size=len(chunks))
+        return list(zip(chunks, (int(s) for s in seeds)))
+
+    def sample(self, split: str, idx: np.ndarray, rng: np.random.Generator):
         d = self.data
-        batch = d.sampler.sample(d.seed_type, d.seeds[split][idx], d.cutoffs[split][idx], rng, d.hidden_etypes)
+        return self.sampler.sample(d.seed_type, d.seeds[split][idx], d.cutoffs[split][idx], rng, d.hidden_etypes)
+
+    def _batch(self, split: str, idx: np.ndarray, rng: np.random.Generator):
+        batch = self.sample(split, idx, rng)
         return (batch.blocks, self.gather(batch)), batch
 
     def gather(self, batch) -> dict[str, dict[str, torch.Tensor]]:
         d, out = self.data, {}
         for ntype, nodes in batch.input_nodes.items():
-            ids = nodes.numpy()
-            feats = d.graph.features[ntype]
-            num, cat = feats.numeric[ids], feats.categorical[ids]
-            if ntype == d.seed_type:
-                k = batch.num_seeds
-                num[:k], cat[:k] = d.seed_features.numeric[ids[:k]], d.seed_features.categorical[ids[:k]]
-            node_t = d.graph.node_time(ntype)[ids]
-            static = node_t == ALWAYS
-            age = np.where(static, 0.0, (batch.input_cutoffs[ntype].numpy() - node_t) / SECONDS_PER_DAY)
-            rel = np.stack([np.log1p(np.clip(age, 0, None)), static.astype(np.float64)], 1).astype(np.float32)
+            ids = nodes.cpu().numpy()
+            num, cat = row_features(d, ntype, input_rows(d, ntype, ids, batch.num_seeds if ntype == d.seed_type else 0))
+            rel = relative_time(d, ntype, ids, batch.input_cutoffs[ntype].cpu().numpy())
             out[ntype] = {"num": torch.from_numpy(np.concatenate([num, rel], 1)), "cat": torch.from_numpy(cat)}
         return out
 
-    def train_batches(self, rng: np.random.Generator):
-        order = rng.permutation(len(self.data.seeds["train"]))
-        for start in range(0, len(order), self.batch_size):
-            inputs, _ = self._batch("train", order[start:start + self.batch_size], rng)
-            yield inputs, torch.as_tensor(self.data.labels["train"][order[start:start + self.batch_size]])
+    def train_batch(self, idx: np.ndarray, seed: int):
+        inputs, _ = self._batch("train", idx, np.random.default_rng(seed))
+        return inputs, torch.as_tensor(self.data.labels["train"][idx])
 
+    # ------------------------------------------------------------------ training batches
+    def prepare(self, module: torch.nn.Module, device) -> None:
+        """Called by the trainer before training: lets ``auto`` time the model on a few batches."""
+        self._module, self._device = module, device
+
+    def train_batches(self, rng: np.random.Generator):
+        if self.mode is None:
+            from fourdb.engine.auto import choose
+
+            self.plan = choose(self, rng)
+            self.mode, self.workers, self.cache_mb = self.plan.mode, self.plan.workers, self.plan.cache_mb
+        if self.mode == "offline":
+            if self._store is None:
+                from fourdb.engine.store import BatchStore
+
+                self._store = BatchStore.open_or_build(self, rng, self.engine.store_epochs, self.cache_mb)
+            batches = self._store.epoch_batches(self, rng, self.workers, self.engine.prefetch)
+        else:
+            plan = self.epoch_plan(rng)
+            batches = prefetch(((lambda i=idx, s=seed: self.train_batch(i, s)) for idx, seed in plan),
+                               self.workers, self.engine.prefetch)
+        yield from self._timed(batches)
+
+    def _timed(self, batches):
+        start, done = time.perf_counter(), False
+        try:
+            for item in batches:
+                yield item
+            done = True
+        finally:
+            seconds = time.perf_counter() - start
+            self.epoch_seconds.append(seconds)
+            if self.plan is not None:
+                log.info("engine %s: epoch %d took %.2f s (predicted %.2f s)%s", self.mode, len(self.epoch_seconds),
+                         seconds, self.plan.predicted_epoch_s, "" if done else ", stopped early")
+
+    # ------------------------------------------------------------------ evaluation
     def batches(self, split: str):
         rng = np.random.default_rng(self.eval_seed)  # evaluation samples the same neighbourhoods every time
         n = len(self.data.seeds[split])
         for start in range(0, n, self.batch_size):
             inputs, _ = self._batch(split, np.arange(start, min(n, start + self.batch_size)), rng)
             yield inputs
+
+    def infer(self, module: torch.nn.Module, split: str, device) -> torch.Tensor | None:
+        """Raw model outputs for a split by exact layer-wise inference, or None to use ``batches``."""
+        if self.engine.inference != "layerwise":
+            return None
+        from fourdb.engine.layerwise import layerwise_inference
+
+        return layerwise_inference(module, self.data, split, device)
