@@ -1,4 +1,4 @@
-"""The ``fourdb`` command: run (a Hydra app), validate, datasets."""
+"""The ``fourdb`` command: run (a Hydra app), validate, datasets, leaderboard."""
 from __future__ import annotations
 
 import argparse
@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_validate)
     p = sub.add_parser("datasets", help="list the built-in databases and their tasks")
     p.set_defaults(func=_datasets)
+    from fourdb.leaderboard.cli import add_parser as add_leaderboard
+
+    add_leaderboard(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

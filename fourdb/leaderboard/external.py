@@ -1,0 +1,164 @@
+"""Submissions from models built outside fourdb: a CSV of test predictions, scored by fourdb itself.
+
+The file has one row per test key ``(entity, cutoff)`` of the task's test split, as fourdb
+materializes it (``fourdb leaderboard template`` writes those keys), and either a ``prediction``
+column (P(label = 1) for binary tasks, the value for regression) or, for multiclass tasks, one
+column ``class_<i>`` per class holding its probability (classes in sorted order of the label values).
+fourdb checks the file strictly, reads the test labels itself and computes the task's metrics.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fourdb.leaderboard.schema import RecordError
+from fourdb.utils import atomic_write_text
+
+KEY = ["entity", "cutoff"]
+PROB_TOLERANCE = 1e-3  # multiclass rows must sum to 1 within this
+
+
+def resolved_params(dataset: str, params: dict | None) -> dict:
+    from fourdb.datasets import DATASETS
+
+    defaults = DATASETS[dataset].defaults if dataset in DATASETS else {}
+    return {**defaults, **(params or {})}
+
+
+def test_split(dataset: str, task: str, params: dict | None = None):
+    """(task, test frame) as fourdb materializes them."""
+    from fourdb.datasets import load_dataset
+    from fourdb.tasks import load_task
+
+    db = load_dataset(dataset, **(params or {}))
+    t = load_task(db, dataset, task)
+    return t, t.split("test")
+
+
+def prediction_columns(task) -> list[str]:
+    if task.spec.task_type == "multiclass":
+        return [f"class_{i}" for i in range(task.num_classes)]
+    return ["prediction"]
+
+
+def _format_cutoff(values: pd.Series) -> pd.Series:
+    return pd.to_datetime(values).dt.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def write_template(dataset: str, task: str, out: str | Path, params: dict | None = None) -> int:
+    """Write the test keys with empty prediction columns; returns the number of rows."""
+    t, test = test_split(dataset, task, params)
+    frame = pd.DataFrame({"entity": test["entity"].to_numpy(), "cutoff": _format_cutoff(test["cutoff"])})
+    for col in prediction_columns(t):
+        frame[col] = ""
+    atomic_write_text(out, frame.to_csv(index=False))
+    return len(frame)
+
+
+def _keys(entity: pd.Series, cutoff: pd.Series) -> pd.MultiIndex:
+    return pd.MultiIndex.from_arrays([entity.astype(str).to_numpy(), cutoff.astype("int64").to_numpy()],
+                                     names=KEY)
+
+
+def _show(key) -> str:
+    return f"entity={key[0]}, cutoff={pd.Timestamp(key[1])}"
+
+
+def read_predictions(path: str | Path, task, test: pd.DataFrame) -> np.ndarray:
+    """Predictions aligned to ``test``'s rows; RecordError on the first problem, naming the line."""
+    path = Path(path)
+    name = path.name
+    cols = prediction_columns(task)
+    expected = KEY + cols
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise RecordError(f"{path}: no such prediction file") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise RecordError(f"{name}: not a readable CSV file ({str(e).splitlines()[0]})") from None
+    for col in expected:
+        if col not in df.columns:
+            raise RecordError(f"{name}: missing column '{col}' (expected columns {', '.join(expected)}; "
+                              f"got {', '.join(map(str, df.columns))})")
+    for col in df.columns:
+        if col not in expected:
+            raise RecordError(f"{name}: unexpected column '{col}' (expected columns {', '.join(expected)})")
+    line = pd.Series(np.arange(len(df)) + 2, index=df.index)  # file line numbers (line 1 is the header)
+    blank = df["entity"].str.strip() == ""
+    if blank.any():
+        raise RecordError(f"{name}: line {line[blank].iloc[0]}: empty entity")
+    cutoff = pd.to_datetime(df["cutoff"], errors="coerce", format="ISO8601", utc=True).dt.tz_localize(None)
+    if cutoff.isna().any():
+        first = cutoff.isna().idxmax()
+        raise RecordError(f"{name}: line {line[first]}: cutoff {df['cutoff'][first]!r} is not a timestamp")
+    keys = _keys(df["entity"].str.strip(), cutoff.astype("datetime64[ns]"))
+    dup = keys.duplicated(keep=False)
+    if dup.any():
+        at = np.flatnonzero(dup)
+        same = at[keys[at] == keys[at[0]]]
+        raise RecordError(f"{name}: duplicate key ({_show(keys[at[0]])}) at lines "
+                          f"{', '.join(str(line.iloc[i]) for i in same[:5])}")
+    want = _keys(test["entity"], pd.to_datetime(test["cutoff"]).astype("datetime64[ns]"))
+    extra = ~keys.isin(want)
+    if extra.any():
+        first = int(np.flatnonzero(extra)[0])
+        raise RecordError(f"{name}: {int(extra.sum())} rows are not test keys of the task "
+                          f"(first: line {line.iloc[first]}, {_show(keys[first])})")
+    missing = want.difference(keys, sort=False)
+    if len(missing):
+        raise RecordError(f"{name}: {len(missing)} of {len(want)} test keys have no prediction "
+                          f"(first: {_show(missing[0])}); `fourdb leaderboard template` writes them all")
+    values = np.empty((len(df), len(cols)))
+    for j, col in enumerate(cols):
+        v = pd.to_numeric(df[col].str.strip(), errors="coerce")
+        bad = v.isna() | ~np.isfinite(v.fillna(0))
+        if bad.any():
+            first = bad.idxmax()
+            value = df[col][first].strip()
+            raise RecordError(f"{name}: line {line[first]}: {col} is {repr(value) if value else 'empty'}, "
+                              f"not a finite number")
+        values[:, j] = v.to_numpy(dtype=float)
+    if task.spec.task_type in ("binary", "multiclass"):
+        out = (values < 0) | (values > 1)
+        if out.any():
+            i, j = np.argwhere(out)[0]
+            raise RecordError(f"{name}: line {line.iloc[i]}: {cols[j]} {values[i, j]:g} is outside [0, 1] "
+                              f"(a probability)")
+    if task.spec.task_type == "multiclass":
+        off = np.abs(values.sum(1) - 1) > PROB_TOLERANCE
+        if off.any():
+            i = int(np.flatnonzero(off)[0])
+            raise RecordError(f"{name}: line {line.iloc[i]}: class probabilities sum to {values[i].sum():g}, not 1")
+    order = keys.get_indexer(want)
+    aligned = values[order]
+    return aligned[:, 0] if len(cols) == 1 else aligned
+
+
+def external_record(path: str | Path, method: str, dataset: str, task: str, seed: int = 0,
+                    params: dict | None = None) -> dict:
+    """Check a prediction file and score it against the test labels; returns a run record."""
+    from fourdb.run import RECORD_VERSION, environment
+    from fourdb.train.metrics import evaluate
+
+    if not method or not method.strip():
+        raise RecordError("--method: give the method a name")
+    t, test = test_split(dataset, task, params)
+    preds = read_predictions(path, t, test)
+    metrics = evaluate(t.spec.metrics, test["label"].to_numpy(), preds)
+    n = int(len(test))
+    return {
+        "record_version": RECORD_VERSION,
+        "dataset": dataset, "task": t.spec.name, "task_spec_hash": t.spec.spec_hash,
+        "task_type": t.spec.task_type, "metric": t.spec.metric,
+        "model": method.strip(), "inputs": {"external": True}, "seed": int(seed),
+        "metrics": {"test": metrics}, "num_seeds": {"test": n}, "num_seeds_available": {"test": n},
+        "wall_seconds": None, "peak_memory_mb": None,
+        "config": {"dataset": {"name": dataset, "params": resolved_params(dataset, params)}, "task": task,
+                   "model": {"name": method.strip()}, "external": True, "seed": int(seed)},
+        "external": True,
+        "predictions_sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+        **environment(),
+    }

@@ -1,0 +1,312 @@
+"""Aggregate leaderboard records into boards: mean +- std over seeds, ranks, average ranks, plots.
+
+A board row is one *setting*: a model with its inputs and config (``config_hash``), its seeds
+aggregated. Rows are compared only within one *protocol*: the same dataset parameters (e.g. the
+synthetic database's size) and the same test rows (all of them, or a capped subsample).
+Records made against an earlier version of a task file are kept in the jsonl but not shown.
+"""
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fourdb.leaderboard.store import current_spec_hash, leaderboard_root, load_all
+from fourdb.utils import atomic_write_bytes, atomic_write_text
+
+BOARDS = {"classification": ("binary", "multiclass"), "regression": ("regression",)}
+
+DUCKDB_SQL = ("SELECT dataset, task, model, avg(metrics.test.auroc) AS auroc "
+              "FROM read_json_auto('leaderboards/*/*.jsonl') GROUP BY ALL ORDER BY ALL")
+
+
+def higher_is_better(metric: str) -> bool:
+    from fourdb.train.metrics import HIGHER_IS_BETTER
+
+    return HIGHER_IS_BETTER[metric]
+
+
+def inputs_label(inputs: dict) -> str:
+    """What a model read: its feature set, or its graph and sampler, or 'external'."""
+    if inputs.get("external"):
+        return "external"
+    parts = []
+    if "features" in inputs:
+        parts.append(str(inputs["features"]))
+    if "graph" in inputs:
+        parts.append(f"graph {inputs['graph']}")
+    sampler = inputs.get("sampler") or {}
+    if sampler:
+        fanouts = sampler.get("fanouts")
+        fanouts = "" if fanouts is None else str(list(fanouts) if isinstance(fanouts, (list, tuple)) else fanouts)
+        parts.append(f"{sampler.get('strategy', '?')} sampler {fanouts}".strip())
+    rest = {k: v for k, v in inputs.items() if k not in ("features", "graph", "sampler")}
+    parts.extend(f"{k}={v}" for k, v in sorted(rest.items()))
+    return ", ".join(parts) or "-"
+
+
+def protocol_label(record: dict) -> str:
+    """Dataset parameters that differ from the dataset's defaults, and a test-row cap if any."""
+    from fourdb.datasets import DATASETS
+
+    config = record.get("config") or {}
+    params = (config.get("dataset") or {}).get("params") or {}
+    entry = DATASETS.get(record["dataset"])
+    defaults = entry.defaults if entry else {}
+    parts = [f"{k}={v}" for k, v in sorted(params.items()) if k not in defaults or defaults[k] != v]
+    if config.get("max_eval_seeds"):
+        parts.append(f"max_eval_seeds={config['max_eval_seeds']}")
+    return ", ".join(parts)
+
+
+def _mean_std(values) -> tuple[float, float]:
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    if not len(v):
+        return float("nan"), float("nan")
+    return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else float("nan")
+
+
+def fmt_mean_std(mean: float, std: float, digits: int = 4) -> str:
+    if math.isnan(mean):
+        return "-"
+    return f"{mean:.{digits}f} ± {std:.{digits}f}" if not math.isnan(std) else f"{mean:.{digits}f} (1 seed)"
+
+
+def aggregate(records: list[dict]) -> list[dict]:
+    """Board tables of one (dataset, task): one per protocol, each a frame of ranked settings.
+
+    Returns dicts with dataset, task, task_type, metric, protocol, spec_hash, stale (records of an
+    earlier task version, not shown) and frame.
+    """
+    if not records:
+        return []
+    first = records[0]
+    dataset, task = first["dataset"], first["task"]
+    try:
+        current = current_spec_hash(dataset, task)
+    except Exception:  # noqa: BLE001 - a board whose task file is gone is still shown, unchecked
+        current = None
+    shown = [r for r in records if current is None or r["task_spec_hash"] == current]
+    stale = len(records) - len(shown)
+    groups: dict[tuple, list[dict]] = {}
+    for r in shown:
+        key = (protocol_label(r), r["model"], inputs_label(r["inputs"]), r["config_hash"])
+        groups.setdefault(key, []).append(r)
+    tables: dict[str, list[dict]] = {}
+    metric = first["metric"]
+    others: dict[str, None] = {}  # the task's other metrics, in order
+    for (protocol, model, inputs, chash), rs in groups.items():
+        rs = sorted(rs, key=lambda r: r["seed"])
+        metric_names = list(dict.fromkeys(k for r in rs for k in r["metrics"].get("test", {})))
+        row = {"model": model, "inputs": inputs, "seeds": len(rs)}
+        row["_test_mean"], row["_test_std"] = _mean_std(r["metrics"]["test"].get(metric) for r in rs)
+        row["_val_mean"], row["_val_std"] = _mean_std((r["metrics"].get("val") or {}).get(metric) for r in rs)
+        row[f"test {metric}"] = fmt_mean_std(row["_test_mean"], row["_test_std"])
+        row[f"val {metric}"] = fmt_mean_std(row["_val_mean"], row["_val_std"])
+        for m in metric_names:
+            if m != metric:
+                others.setdefault(m, None)
+                row[f"test {m}"] = fmt_mean_std(*_mean_std(r["metrics"]["test"].get(m) for r in rs))
+        walls = [r["wall_seconds"] for r in rs if r.get("wall_seconds") is not None]
+        row["time (s)"] = f"{np.mean(walls):.1f}" if walls else "-"
+        row["test rows"] = int(rs[0]["num_seeds"]["test"])
+        row["config"] = chash[:8]
+        row["_seed_list"] = [r["seed"] for r in rs]
+        row["_test_values"] = [r["metrics"]["test"].get(metric) for r in rs]
+        tables.setdefault(protocol, []).append(row)
+    out = []
+    ascending = not higher_is_better(metric)
+    for protocol in sorted(tables, key=lambda p: (p != "", p)):
+        frame = pd.DataFrame(tables[protocol])
+        frame.insert(0, "rank", frame["_test_mean"].rank(ascending=ascending, method="min").astype(int))
+        frame = frame.sort_values(["rank", "model", "inputs", "config"], kind="stable").reset_index(drop=True)
+        extra = [f"test {m}" for m in others if f"test {m}" in frame.columns]
+        order = ["rank", "model", "inputs", "seeds", f"test {metric}", f"val {metric}", *extra, "time (s)",
+                 "test rows", "config"]
+        frame = frame[order + [c for c in frame.columns if c.startswith("_")]]
+        out.append({"dataset": dataset, "task": task, "task_type": first["task_type"], "metric": metric,
+                    "protocol": protocol, "spec_hash": current, "stale": stale, "frame": frame})
+    return out
+
+
+def visible(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[[c for c in frame.columns if not c.startswith("_")]]
+
+
+def average_ranks(tables: list[dict]) -> dict[str, pd.DataFrame]:
+    """Per board (classification, regression): each method's rank averaged over the tasks it ran."""
+    out = {}
+    for board, types in BOARDS.items():
+        ranks: dict[str, dict[str, int]] = {}
+        for t in tables:
+            if t["task_type"] not in types:
+                continue
+            name = f"{t['dataset']}/{t['task']}" + (f" [{t['protocol']}]" if t["protocol"] else "")
+            for _, row in t["frame"].iterrows():
+                method = f"{row['model']} ({row['inputs']})"
+                best = ranks.setdefault(method, {})
+                best[name] = min(best.get(name, 10**9), int(row["rank"]))  # a method's best setting
+        if not ranks:
+            continue
+        rows = [{"method": m, "average rank": float(np.mean(list(r.values()))), "tasks": len(r),
+                 "ranks": ", ".join(f"{k}: {v}" for k, v in sorted(r.items()))} for m, r in ranks.items()]
+        frame = pd.DataFrame(rows).sort_values(["average rank", "method"]).reset_index(drop=True)
+        frame["average rank"] = frame["average rank"].map(lambda x: f"{x:.2f}")
+        out[board] = frame
+    return out
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    def cell(v):
+        return str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(map(cell, frame.columns)) + " |",
+             "|" + "|".join("---" for _ in frame.columns) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def _slug(*parts: str) -> str:
+    import re
+
+    return "__".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p).strip("-") for p in parts if p)
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def plot_table(t: dict) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from collections import Counter
+
+    frame = t["frame"].iloc[::-1]
+    labels = [f"{m} ({i})" for m, i in zip(frame["model"], frame["inputs"])]
+    counts = Counter(labels)
+    labels = [f"{lab} #{c}" if counts[lab] > 1 else lab for lab, c in zip(labels, frame["config"])]
+    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * len(frame)))
+    y = np.arange(len(frame))
+    ax.barh(y, frame["_test_mean"], xerr=frame["_test_std"].fillna(0), color="#4c72b0", alpha=0.8, capsize=3)
+    for yi, values in zip(y, frame["_test_values"]):
+        v = [x for x in values if x is not None]
+        ax.scatter(v, [yi] * len(v), color="black", s=10, zorder=3)
+    ax.set_yticks(y, labels)
+    arrow = "higher is better" if higher_is_better(t["metric"]) else "lower is better"
+    ax.set_xlabel(f"test {t['metric']} ({arrow}); bar: mean, line: ± std, dots: seeds")
+    title = f"{t['dataset']} / {t['task']}" + (f" [{t['protocol']}]" if t["protocol"] else "")
+    ax.set_title(title)
+    if t["metric"] in ("auroc", "accuracy", "macro_f1", "average_precision"):
+        lo = np.nanmin([x for v in frame["_test_values"] for x in v if x is not None] + [0.5])
+        ax.set_xlim(max(0.0, lo - 0.05), 1.0)
+    data = _png(fig)
+    plt.close(fig)
+    return data
+
+
+def plot_ranks(board: str, frame: pd.DataFrame) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    frame = frame.iloc[::-1]
+    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * len(frame)))
+    ax.barh(np.arange(len(frame)), frame["average rank"].astype(float), color="#55a868")
+    ax.set_yticks(np.arange(len(frame)), frame["method"])
+    ax.set_xlabel("average rank over tasks (lower is better)")
+    ax.set_title(f"{board}: average rank")
+    data = _png(fig)
+    plt.close(fig)
+    return data
+
+
+def _heading(t: dict) -> str:
+    return f"{t['dataset']} / {t['task']}" + (f" [{t['protocol']}]" if t["protocol"] else "")
+
+
+def _note(t: dict) -> str:
+    arrow = "higher is better" if higher_is_better(t["metric"]) else "lower is better"
+    note = (f"{t['task_type']}; ranked by mean test {t['metric']} ({arrow}); mean ± sample std over seeds; "
+            f"task spec hash `{t['spec_hash']}`")
+    if t["stale"]:
+        note += f"; {t['stale']} record(s) made against an earlier version of this task are not shown"
+    return note
+
+
+def all_tables(root=None) -> list[dict]:
+    tables = []
+    for (_, _), records in sorted(load_all(root).items()):
+        tables.extend(aggregate(records))
+    return tables
+
+
+def render(root: str | Path | None = None) -> Path:
+    """Write <root>/README.md and <root>/plots/*.png from the boards under ``root``."""
+    root = leaderboard_root(root)
+    tables = all_tables(root)
+    ranks = average_ranks(tables)
+    plots = root / "plots"
+    lines = [
+        "# fourdb leaderboards", "",
+        "Written by `fourdb leaderboard render` from the records in `<dataset>/<task>.jsonl`; do not edit by hand.",
+        "Each row is one setting (model, inputs, config) with its seeds aggregated: mean ± sample std of the",
+        "test metric, rank 1 best. `time (s)` is the mean wall time of one run (load, features or graph, fit,",
+        "evaluate). Rows in brackets ran with non-default dataset parameters and are ranked only among",
+        "themselves. Add results with `fourdb leaderboard submit RUN_DIR...` (see the project README).", "",
+    ]
+    written = set()
+    for board, frame in ranks.items():
+        lines += [f"## {board.capitalize()}: average rank", "", markdown_table(frame), ""]
+        name = f"{board}_average_rank.png"
+        atomic_write_bytes(plots / name, plot_ranks(board, frame))
+        written.add(name)
+        lines += [f"![{board} average rank](plots/{name})", ""]
+    if not tables:
+        lines += ["No results yet.", ""]
+    for t in tables:
+        lines += [f"## {_heading(t)}", "", _note(t), "", markdown_table(visible(t["frame"])), ""]
+        name = _slug(t["dataset"], t["task"], t["protocol"]) + ".png"
+        atomic_write_bytes(plots / name, plot_table(t))
+        written.add(name)
+        lines += [f"![{_heading(t)}](plots/{name})", ""]
+    lines += [
+        "## Query the records", "",
+        "Every line of every `*.jsonl` is one run record (see `fourdb/leaderboard/schema.py`). With DuckDB,",
+        "from the repository root:", "",
+        "```bash", f'duckdb -c "{DUCKDB_SQL}"', "```", "",
+        "```python", "import duckdb",
+        f'print(duckdb.sql("{DUCKDB_SQL}"))', "```", "",
+    ]
+    if plots.exists():
+        for old in plots.glob("*.png"):
+            if old.name not in written:
+                old.unlink()
+    out = root / "README.md"
+    atomic_write_text(out, "\n".join(lines))
+    return out
+
+
+def show(dataset: str, task: str, root: str | Path | None = None) -> str:
+    """One board as text for the terminal."""
+    from fourdb.errors import FourdbError
+    from fourdb.leaderboard.store import board_path, read_board
+
+    path = board_path(leaderboard_root(root), dataset, task)
+    records = read_board(path)
+    if not records:
+        raise FourdbError(f"no results for {dataset}/{task} (no records in {path})")
+    blocks = []
+    for t in aggregate(records):
+        frame = visible(t["frame"])
+        blocks.append(f"{_heading(t)}\n{_note(t)}\n\n{frame.to_string(index=False)}")
+    return "\n\n".join(blocks) if blocks else f"{dataset}/{task}: all records are of an earlier task version"
+

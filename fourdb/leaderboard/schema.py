@@ -1,0 +1,156 @@
+"""The result-record schema: what a leaderboard line must hold, checked with one-line errors.
+
+A record is the ``record.json`` a run writes (``fourdb.run.run_experiment``), or the record fourdb
+builds itself from an external prediction file. ``SCHEMA_VERSIONS`` lists the record versions this
+code can read; a record of any other version is refused rather than guessed at.
+
+On submission a record gains ``config_hash`` (its config without the seed and display-only keys, so
+the seeds of one setting share it) and ``submitted_at``.
+"""
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+from fourdb.errors import FourdbError
+from fourdb.utils import stable_hash
+
+SCHEMA_VERSIONS = (1,)
+TASK_TYPES = ("binary", "multiclass", "regression")
+# config keys that change nothing about the result, left out of the config hash
+CONFIG_IGNORED = ("seed", "trainer.progress")
+
+
+class RecordError(FourdbError):
+    """A result record (or an external prediction file) does not meet the schema."""
+
+
+NUMBER = (Real,)
+STR = (str,)
+INT = (int,)
+DICT = (dict,)
+BOOL = (bool,)
+NONE = (type(None),)
+
+# name -> (allowed types, required)
+FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "record_version": (INT, True),
+    "dataset": (STR, True),
+    "task": (STR, True),
+    "task_spec_hash": (STR, True),
+    "task_type": (STR, True),
+    "metric": (STR, True),
+    "model": (STR, True),
+    "inputs": (DICT, True),
+    "seed": (INT, True),
+    "metrics": (DICT, True),
+    "num_seeds": (DICT, True),
+    "wall_seconds": (NUMBER + NONE, True),      # None only for external submissions
+    "peak_memory_mb": (NUMBER + NONE, True),    # None only for external submissions
+    "config": (DICT, True),
+    "packages": (DICT, True),
+    "git_commit": (STR + NONE, True),
+    "hardware": (DICT, True),
+    # optional
+    "external": (BOOL, False),
+    "num_seeds_available": (DICT, False),
+    "fit_seconds": (NUMBER + NONE, False),
+    "history": ((list,), False),
+    "predictions_sha256": (STR, False),
+    "config_hash": (STR, False),
+    "submitted_at": (STR, False),
+}
+
+
+def _type_name(types: tuple[type, ...]) -> str:
+    names = {Real: "number", str: "string", int: "integer", dict: "object", bool: "boolean", list: "list",
+             type(None): "null"}
+    return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+def _is(value, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in types:  # True is an int in Python, not in a record
+        return False
+    return isinstance(value, types)
+
+
+def validate_record(record, where: str = "record") -> dict:
+    """Return ``record`` if it meets the schema; else raise RecordError naming the first problem."""
+    if not isinstance(record, dict):
+        raise RecordError(f"{where}: a record must be a JSON object, got {type(record).__name__}")
+    version = record.get("record_version")
+    if version is not None and _is(version, INT) and version not in SCHEMA_VERSIONS:
+        raise RecordError(f"{where}: record_version {version} is not supported (this fourdb reads "
+                          f"{', '.join(map(str, SCHEMA_VERSIONS))})")
+    for name, (types, required) in FIELDS.items():
+        if name not in record:
+            if required:
+                raise RecordError(f"{where}: missing field '{name}'")
+            continue
+        if not _is(record[name], types):
+            raise RecordError(f"{where}: field '{name}' must be {_type_name(types)}, "
+                              f"got {type(record[name]).__name__} {record[name]!r:.60}")
+    for name in ("dataset", "task", "task_spec_hash", "model", "metric"):
+        if not record[name].strip():
+            raise RecordError(f"{where}: field '{name}' is empty")
+    if record["task_type"] not in TASK_TYPES:
+        raise RecordError(f"{where}: task_type must be one of {', '.join(TASK_TYPES)}, got '{record['task_type']}'")
+    from fourdb.train.metrics import HIGHER_IS_BETTER
+
+    if record["metric"] not in HIGHER_IS_BETTER:
+        raise RecordError(f"{where}: unknown metric '{record['metric']}' (known: {', '.join(HIGHER_IS_BETTER)})")
+    metrics = record["metrics"]
+    for split, values in metrics.items():
+        if split not in ("train", "val", "test"):
+            raise RecordError(f"{where}: metrics has unknown split '{split}' (expected train, val, test)")
+        if not isinstance(values, dict):
+            raise RecordError(f"{where}: metrics.{split} must be an object of metric -> number")
+        for k, v in values.items():
+            if not _is(v, NUMBER + NONE):  # null: undefined on that split (e.g. AUROC of one class)
+                raise RecordError(f"{where}: metrics.{split}.{k} must be a number, got {v!r:.40}")
+    test = metrics.get("test")
+    if not test or record["metric"] not in test:
+        raise RecordError(f"{where}: metrics.test.{record['metric']} is missing (the metric the board ranks by)")
+    if test[record["metric"]] is None or not math.isfinite(test[record["metric"]]):
+        raise RecordError(f"{where}: metrics.test.{record['metric']} is {test[record['metric']]}, not a finite number")
+    if not record.get("external"):
+        for name in ("wall_seconds", "peak_memory_mb"):
+            if record[name] is None:
+                raise RecordError(f"{where}: field '{name}' is null (allowed only for external submissions)")
+    if record["wall_seconds"] is not None and record["wall_seconds"] < 0:
+        raise RecordError(f"{where}: wall_seconds is negative ({record['wall_seconds']})")
+    if not _is(record["num_seeds"].get("test"), INT):
+        raise RecordError(f"{where}: num_seeds.test (the number of test rows evaluated) must be an integer")
+    return record
+
+
+def _drop(config: dict, dotted: str) -> None:
+    *parents, leaf = dotted.split(".")
+    node = config
+    for p in parents:
+        node = node.get(p) if isinstance(node, dict) else None
+        if node is None:
+            return
+    if isinstance(node, dict):
+        node.pop(leaf, None)
+
+
+def config_hash(record: dict) -> str:
+    """Hash of the record's config without the seed and display-only keys: one per setting."""
+    import copy
+
+    config = copy.deepcopy(record["config"])
+    for key in CONFIG_IGNORED:
+        _drop(config, key)
+    return stable_hash(config)
+
+
+def record_key(record: dict) -> tuple:
+    """Two records with the same key are the same run: a second submission is refused."""
+    return (record["dataset"], record["task"], record["model"], stable_hash(record["inputs"]), record["seed"],
+            record.get("config_hash") or config_hash(record))
+
+
+def describe_key(record: dict) -> str:
+    return (f"{record['dataset']}/{record['task']} model={record['model']} seed={record['seed']} "
+            f"config={record.get('config_hash') or config_hash(record)}")

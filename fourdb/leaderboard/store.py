@@ -1,0 +1,242 @@
+"""Leaderboard files: ``<root>/<dataset>/<task>.jsonl``, one validated record a line.
+
+Appending takes the board's file lock, re-reads the board, checks the new records against it, then
+writes the whole new file to a temp file beside it and renames it over the old one. A reader, or a
+submitter killed at any moment, only ever sees the old file or the new one, never half of one.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from filelock import FileLock
+
+from fourdb.errors import FourdbError
+from fourdb.leaderboard.schema import RecordError, config_hash, describe_key, record_key, validate_record
+
+ROOT_ENV = "FOURDB_LEADERBOARDS"
+# seconds to pause halfway through writing a board (tests use it to kill a submitter mid-write)
+WRITE_DELAY_ENV = "FOURDB_LEADERBOARD_WRITE_DELAY"
+LOCK_TIMEOUT_S = 300
+
+
+def leaderboard_root(root: str | Path | None = None) -> Path:
+    """``root``, else $FOURDB_LEADERBOARDS, else ./leaderboards."""
+    return Path(root or os.environ.get(ROOT_ENV) or "leaderboards")
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(name)).name) or "_"
+
+
+def board_path(root: str | Path, dataset: str, task: str) -> Path:
+    return Path(root) / _safe(dataset) / f"{_safe(task)}.jsonl"
+
+
+def board_paths(root: str | Path) -> list[Path]:
+    return sorted(Path(root).glob("*/*.jsonl"))
+
+
+def _finite(value):
+    """NaN and infinities are not JSON: store them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def read_board(path: str | Path) -> list[dict]:
+    """All records of one board file (empty if it does not exist yet)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise RecordError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+        records.append(validate_record(record, f"{path}:{i}"))
+    return records
+
+
+def find_records(paths) -> list[tuple[Path, dict]]:
+    """Records from run folders (holding record.json), multirun folders (many), or record files."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_file():
+            found.append(p)
+        elif (p / "record.json").is_file():
+            found.append(p / "record.json")
+        elif p.is_dir():
+            inner = sorted(p.rglob("record.json"))
+            if not inner:
+                raise RecordError(f"{p}: no record.json in it or below it (is it a run or multirun folder?)")
+            found.extend(inner)
+        else:
+            raise RecordError(f"{p}: no such run folder or record file")
+    out = []
+    for f in found:
+        try:
+            record = json.loads(f.read_text())
+        except (OSError, UnicodeDecodeError) as e:
+            raise RecordError(f"{f}: cannot read ({e})") from None
+        except json.JSONDecodeError as e:
+            raise RecordError(f"{f}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        out.append((f, record))
+    return out
+
+
+_SPEC_HASHES: dict[tuple[str, str], str] = {}
+
+
+def current_spec_hash(dataset: str, task: str) -> str:
+    """The spec hash of the task file as it is now."""
+    from fourdb.tasks import find_task
+
+    if (dataset, task) not in _SPEC_HASHES:
+        _SPEC_HASHES[(dataset, task)] = find_task(dataset, task).spec_hash
+    return _SPEC_HASHES[(dataset, task)]
+
+
+def prepare(record: dict, where: str) -> dict:
+    """Validate a record for submission and stamp it; refuse one made against another task version."""
+    validate_record(record, where)
+    try:
+        current = current_spec_hash(record["dataset"], record["task"])
+    except FourdbError as e:
+        raise RecordError(f"{where}: cannot check the task version: {e}") from None
+    if record["task_spec_hash"] != current:
+        raise RecordError(
+            f"{where}: made against another version of task {record['dataset']}/{record['task']} "
+            f"(spec hash {record['task_spec_hash']}, the task file now hashes to {current}); rerun it")
+    record = _finite(dict(record))
+    record["config_hash"] = config_hash(record)
+    record.setdefault("submitted_at", datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return record
+
+
+def _progress(items, desc: str, progress: bool | None):
+    from tqdm.auto import tqdm
+
+    # progress=None: a bar only when stderr is a terminal
+    disable = (not sys.stderr.isatty()) if progress is None else (not progress)
+    return tqdm(items, desc=desc, disable=disable, file=sys.stderr, leave=False)
+
+
+def _write_board(path: Path, lines: list[str]) -> None:
+    """Write the whole board to a temp file beside it, then rename it into place."""
+    data = "".join(line + "\n" for line in lines).encode()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            delay = float(os.environ.get(WRITE_DELAY_ENV) or 0)
+            if delay:
+                f.write(data[: len(data) // 2])
+                f.flush()
+                time.sleep(delay)
+                f.write(data[len(data) // 2:])
+            else:
+                f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as an ordinary file, not mkstemp's owner-only
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass
+class SubmitResult:
+    added: list[dict] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)  # duplicates, when asked to skip them
+    boards: list[Path] = field(default_factory=list)
+
+
+def submit_records(records: list[tuple[str, dict]], root: str | Path | None = None, skip_duplicates: bool = False,
+                   progress: bool | None = None) -> SubmitResult:
+    """Validate ``(where, record)`` pairs and append them to their boards; all or nothing.
+
+    Every record is checked (schema, task version, duplicates within the submission and against
+    the boards) before any board is written. Boards are locked in a fixed order, so concurrent
+    submitters never deadlock and never lose each other's records.
+    """
+    root = leaderboard_root(root)
+    result = SubmitResult()
+    prepared: dict[Path, list[dict]] = {}
+    seen: dict[tuple, str] = {}
+    for where, record in _progress(records, "validating records", progress):
+        record = prepare(record, str(where))
+        key = record_key(record)
+        if key in seen:
+            if skip_duplicates:
+                result.skipped.append(record)
+                continue
+            raise RecordError(f"{where}: duplicate of {seen[key]} in this submission ({describe_key(record)})")
+        seen[key] = str(where)
+        prepared.setdefault(board_path(root, record["dataset"], record["task"]), []).append(record)
+    if not prepared:
+        return result
+    paths = sorted(prepared)
+    for p in paths:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        for p in paths:
+            stack.enter_context(FileLock(str(p) + ".lock", timeout=LOCK_TIMEOUT_S))
+        new_content: dict[Path, list[str]] = {}
+        for p in paths:
+            existing = read_board(p)
+            keys = {record_key(r) for r in existing}
+            lines = [json.dumps(r, default=str, allow_nan=False) for r in existing]
+            added = []
+            for record in prepared[p]:
+                if record_key(record) in keys:
+                    if skip_duplicates:
+                        result.skipped.append(record)
+                        continue
+                    raise RecordError(f"already on the leaderboard {p}: {describe_key(record)} "
+                                      f"(same dataset, task, model, inputs, seed and config)")
+                lines.append(json.dumps(record, default=str, allow_nan=False))
+                added.append(record)
+            if added:
+                new_content[p] = lines
+                result.added.extend(added)
+        for p in _progress(list(new_content), "writing boards", progress):
+            for stale in p.parent.glob(f".{p.name}.*.tmp"):  # left by a submitter killed mid-write
+                with contextlib.suppress(OSError):
+                    stale.unlink()
+            _write_board(p, new_content[p])
+            result.boards.append(p)
+    return result
+
+
+def submit_run_dirs(paths, root=None, skip_duplicates=False, progress=None) -> SubmitResult:
+    return submit_records([(str(f), r) for f, r in find_records(paths)], root, skip_duplicates, progress)
+
+
+def load_all(root: str | Path | None = None) -> dict[tuple[str, str], list[dict]]:
+    """Every board under ``root``: (dataset, task) -> records."""
+    boards = {}
+    for p in board_paths(leaderboard_root(root)):
+        records = read_board(p)
+        if records:
+            boards[(records[0]["dataset"], records[0]["task"])] = records
+    return boards
