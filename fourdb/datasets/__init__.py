@@ -76,4 +76,4 @@ def load_dataset(name_or_path: str, **params) -> Database:
 # Bump when a builder's output changes, so stale cached folders are rebuilt.
 BUILD_VERSION = 1
 
-from fourdb.datasets import nycflights, synthetic  # noqa: E402,F401  (registration)
+from fourdb.datasets import lahman, nycflights, synthetic  # noqa: E402,F401  (registration)
