@@ -52,4 +52,4 @@ def create_model(name: str, info: TaskInfo, seed: int = 0, **params) -> Model:
     return MODELS[name](info, seed=seed, **params)
 
 
-from fourdb.models import gbdt, sage  # noqa: E402,F401  (registration)
+from fourdb.models import gbdt, sage, gat, hgt, pna, rgcn  # noqa: E402,F401  (registration)
