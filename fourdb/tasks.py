@@ -85,7 +85,8 @@ class TaskSpec:
         )
         if kind == "entity_window":
             spec.sql, spec.window = need("sql"), need("window")
-            need("timestamps").get("step") or ts.setdefault("step", spec.window)
+            if not spec.timestamps.get("step"):  # default: one cutoff per window
+                spec.timestamps["step"] = spec.window
         else:
             spec.label, spec.cutoff_column = need("label"), need("cutoff_column")
             spec.where = raw.get("where")
