@@ -18,6 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from fourdb.datasets import load_dataset
+from fourdb.engine.config import EngineConfig
 from fourdb.engine.loader import GraphData
 from fourdb.engine.sampler import TemporalSampler
 from fourdb.features import TableData, build_table_features
@@ -68,6 +69,7 @@ def graph_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> GraphData:
         cutoffs={s: to_epoch_seconds(f["cutoff"]) for s, f in splits.items()},
         labels={s: splits[s]["label"].to_numpy() for s in ("train", "val")},
         seed_features=seed_features, hidden_etypes=hidden_etypes,
+        engine=EngineConfig.from_dict(OmegaConf.to_container(cfg.engine, resolve=True) if cfg.get("engine") else None),
     )
 
 
@@ -100,13 +102,15 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     start = time.perf_counter()
     seed_everything(cfg.seed)
     dataset = cfg.dataset.name
-    db = load_dataset(dataset, **(cfg.dataset.get("params") or {}))
-    task = load_task(db, dataset, cfg.task)
+    source = cfg.dataset.get("path") or dataset  # a database folder given by path, or a built-in name
+    db = load_dataset(source, **(cfg.dataset.get("params") or {}))
+    task = load_task(db, source, cfg.task)
     splits = subsample(task, cfg.get("max_train_seeds"), cfg.get("max_eval_seeds"), cfg.seed)
     info = TaskInfo(task.spec.task_type, task.num_classes, task.spec.metric)
     model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
     if model.input_kind == "graph":
-        data, inputs = graph_inputs(cfg, db, task, splits), {"graph": cfg.graph.kind, "sampler": dict(cfg.sampler)}
+        data, inputs = graph_inputs(cfg, db, task, splits), {"graph": cfg.graph.kind, "sampler": dict(cfg.sampler),
+                                                          "engine": dict(cfg.engine) if cfg.get("engine") else None}
     else:
         data, inputs = table_inputs(cfg, db, task, splits), {"features": cfg.features.name}
     trainer_cfg = TrainerConfig(**OmegaConf.to_container(cfg.trainer, resolve=True))
@@ -125,6 +129,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
         "fit_seconds": fit_seconds, "wall_seconds": time.perf_counter() - start,
         "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "history": getattr(getattr(model, "trainer", None), "history", []),
+        "engine": getattr(getattr(model, "source", None), "report", lambda: None)(),
         "config": OmegaConf.to_container(cfg, resolve=True),
         **environment(),
     }

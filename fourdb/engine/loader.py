@@ -39,6 +39,7 @@ class GraphData:
     labels: dict[str, np.ndarray]  # train and val only
     seed_features: EncodedTable  # the seed table encoded with hidden columns masked
     hidden_etypes: frozenset = field(default_factory=frozenset)
+    engine: EngineConfig = field(default_factory=EngineConfig)  # how a GraphSource over this data runs
 
 
 def row_features(data: GraphData, ntype: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -75,6 +76,8 @@ class GraphSource:
     def __init__(self, data: GraphData, batch_size: int, eval_seed: int = 12345,
                  engine: EngineConfig | dict | None = None):
         self.data, self.batch_size, self.eval_seed = data, batch_size, eval_seed
+        if engine is None:
+            engine = getattr(data, "engine", None)
         self.engine = engine if isinstance(engine, EngineConfig) else EngineConfig.from_dict(engine)
         dev = self.engine.sampler_device()
         self.sampler = data.sampler if str(data.sampler.device) == dev else data.sampler.to(dev)
@@ -85,6 +88,7 @@ class GraphSource:
         self.epoch_seconds: list[float] = []
         self._store = None
         self._module, self._device = None, None
+        self.planned_epochs = None
 
     # ------------------------------------------------------------------ data access
     def labels(self, split: str) -> np.ndarray:
@@ -122,9 +126,9 @@ class GraphSource:
         return inputs, torch.as_tensor(self.data.labels["train"][idx])
 
     # ------------------------------------------------------------------ training batches
-    def prepare(self, module: torch.nn.Module, device) -> None:
+    def prepare(self, module: torch.nn.Module, device, epochs: int | None = None) -> None:
         """Called by the trainer before training: lets ``auto`` time the model on a few batches."""
-        self._module, self._device = module, device
+        self._module, self._device, self.planned_epochs = module, device, epochs
 
     def train_batches(self, rng: np.random.Generator):
         if self.mode is None:
@@ -157,13 +161,28 @@ class GraphSource:
                 log.info("engine %s: epoch %d took %.2f s (predicted %.2f s)%s", self.mode, len(self.epoch_seconds),
                          seconds, self.plan.predicted_epoch_s, "" if done else ", stopped early")
 
+    def report(self) -> dict:
+        """What the engine did, for the run record: mode, threads, cache, predicted and measured epochs."""
+        out = {"mode": self.mode, "workers": self.workers, "cache_mb": self.cache_mb,
+               "inference": self.engine.inference, "sampler_device": str(self.sampler.device),
+               "epoch_seconds": [round(s, 3) for s in self.epoch_seconds]}
+        if self.plan is not None:
+            out.update(predicted_epoch_seconds=round(self.plan.predicted_epoch_s, 3), auto_reason=self.plan.reason,
+                       profile_ms={"sample": round(1e3 * self.plan.sample_s, 2), "replay": round(1e3 * self.plan.replay_s, 2),
+                                   "model": round(1e3 * self.plan.model_s, 2)})
+        if self._store is not None:
+            out["store"] = str(self._store.folder)
+        return out
+
     # ------------------------------------------------------------------ evaluation
     def batches(self, split: str):
-        rng = np.random.default_rng(self.eval_seed)  # evaluation samples the same neighbourhoods every time
         n = len(self.data.seeds[split])
-        for start in range(0, n, self.batch_size):
-            inputs, _ = self._batch(split, np.arange(start, min(n, start + self.batch_size)), rng)
-            yield inputs
+        starts = range(0, n, self.batch_size)
+        # evaluation samples the same neighbourhoods every time: one fixed seed per batch
+        seeds = np.random.default_rng(self.eval_seed).integers(0, np.iinfo(np.int64).max, size=len(starts))
+        jobs = ((lambda a=a, s=int(s): self._batch(split, np.arange(a, min(n, a + self.batch_size)),
+                                                   np.random.default_rng(s))[0]) for a, s in zip(starts, seeds))
+        yield from prefetch(jobs, self.workers, self.engine.prefetch)
 
     def infer(self, module: torch.nn.Module, split: str, device) -> torch.Tensor | None:
         """Raw model outputs for a split by exact layer-wise inference, or None to use ``batches``."""

@@ -279,6 +279,36 @@ class BatchStore:
         return prefetch(((lambda b=b: self.load_batch(k, b, labels)) for b in range(n)), workers, depth)
 
 
+def replay_seconds(source, batches: list) -> float:
+    """Median seconds to rebuild a batch from packed arrays, as ``load_batch`` does (timed in memory)."""
+    lay = _Layout(source.data.graph, len(source.sampler.fanouts))
+    data, times = source.data, []
+    for batch in batches:
+        meta, edges = lay.pack(batch, None)
+        feats = {}
+        for t, nodes in batch.input_nodes.items():
+            ids = nodes.cpu().numpy()
+            num, cat = row_features(data, t, input_rows(data, t, ids, batch.num_seeds if t == data.seed_type else 0))
+            feats[t] = (num, cat, relative_time(data, t, ids, batch.input_cutoffs[t].cpu().numpy()))
+        start = time.perf_counter()
+        e = edges.astype(np.int64)
+        pos = 0
+        for l in range(lay.L):
+            counts, num_src, num_dst = lay.counts(meta, l)
+            rel = {}
+            for i, et in enumerate(lay.etypes):
+                c = int(counts[i])
+                rel[et] = (torch.from_numpy(e[0, pos:pos + c]), torch.from_numpy(e[1, pos:pos + c]))
+                pos += c
+            dgl.create_block(rel, num_src_nodes=dict(zip(lay.ntypes, num_src.tolist())),
+                             num_dst_nodes=dict(zip(lay.ntypes, num_dst.tolist())))
+        for num, cat, rel_t in feats.values():
+            torch.cat([torch.from_numpy(np.array(num)), torch.from_numpy(np.array(rel_t))], 1)
+            torch.from_numpy(np.array(cat))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
 def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> None:
     """Sample ``epochs`` epochs from a copy of ``rng`` and write them, manifest last, then rename."""
     data, rng = source.data, copy.deepcopy(rng)

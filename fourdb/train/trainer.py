@@ -64,6 +64,8 @@ class Trainer:
             y = source.labels("train").astype(float)
             self.y_mean, self.y_std = float(y.mean()), float(y.std() or 1.0)
         module.to(self.device)
+        if hasattr(source, "prepare"):  # lets a data source profile the model before the first epoch
+            source.prepare(module, self.device, epochs=self.cfg.epochs)
         opt = torch.optim.AdamW(module.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
         higher = HIGHER_IS_BETTER[self.metric]
         best, best_state, bad_epochs = -math.inf, None, 0
@@ -105,9 +107,13 @@ class Trainer:
     def predict(self, module: torch.nn.Module, source, split: str) -> np.ndarray:
         module.eval()
         module.to(self.device)
-        outs = [self._scores(module(*_to(inputs, self.device))) for inputs in source.batches(split)]
+        out = source.infer(module, split, self.device) if hasattr(source, "infer") else None
+        if out is not None:  # the source computed all outputs at once (layer-wise inference)
+            scores = self._scores(out)
+        else:
+            scores = np.concatenate([self._scores(module(*_to(inputs, self.device))) for inputs in source.batches(split)])
         module.train()
-        return np.concatenate(outs)
+        return scores
 
 
 def _to(inputs, device):

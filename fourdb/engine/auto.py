@@ -1,0 +1,136 @@
+"""``engine=auto`` (the APT idea): a short dry run, then a cost model picks how to feed training.
+
+The dry run takes the first ``profile_batches`` batches of the first epoch's plan (from a copy of the
+trainer's generator, so training sees exactly the batches it would anyway) and measures, per batch:
+
+* ``sample``: online sampling plus feature gathering, on one sampler thread;
+* ``replay``: rebuilding the same batch from packed arrays, as the offline store does;
+* ``model``: the model's forward and backward pass on it (when the trainer has handed over the model;
+  the random state is restored and the gradients cleared afterwards, so training is unchanged).
+
+The cost model: with ``W`` sampler threads the data of a batch is ready every ``sample / W`` seconds
+(threads beyond the cores left over by the model do not help), and a pipelined step takes the longer
+of the model and the data; on the CPU, where the model uses the same cores, the shorter of the two
+overlaps only partly (``CPU_OVERLAP``). Online epochs cost ``batches * step(sample / W)``; the store
+costs building ``store_epochs`` epochs once (nothing when a sweep has built it already) and then
+``batches * step(replay)`` per epoch. The cheaper total over the planned epochs wins. The feature
+cache gets the features' whole size when it fits in a quarter of the free memory of its tier. The
+run log states the prediction, and each epoch's measured time beside it.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+log = logging.getLogger("fourdb")
+CPU_OVERLAP = 0.5  # share of the shorter stage hidden behind the longer when both run on the same cores
+
+
+@dataclass
+class Plan:
+    mode: str
+    workers: int
+    cache_mb: float
+    predicted_epoch_s: float
+    predicted_online_epoch_s: float
+    predicted_offline_epoch_s: float
+    sample_s: float
+    replay_s: float
+    model_s: float
+    reason: str
+
+
+def step_seconds(model_s: float, data_s: float, on_gpu: bool) -> float:
+    longer, shorter = max(model_s, data_s), min(model_s, data_s)
+    return longer + (0.0 if on_gpu else (1 - CPU_OVERLAP) * shorter)
+
+
+def _free_memory_mb(device) -> float:
+    if torch.device(device).type == "cuda":
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return free / 2 ** 20
+    try:
+        import psutil
+
+        return psutil.virtual_memory().available / 2 ** 20
+    except ImportError:  # pragma: no cover
+        return 4096.0
+
+
+def _model_seconds(module, device, inputs: list) -> float:
+    """Forward + backward per batch, leaving parameters, gradients and random state as they were."""
+    from fourdb.train.trainer import _to
+
+    was_training = module.training
+    module.train()
+    grads = [p.grad for p in module.parameters()]
+    times = []
+    with torch.random.fork_rng(devices=[torch.device(device)] if torch.device(device).type == "cuda" else []):
+        for x in inputs:
+            t = time.perf_counter()
+            out = module(*_to(x, device))
+            out.float().pow(2).mean().backward()
+            if torch.device(device).type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+    for p, g in zip(module.parameters(), grads):
+        p.grad = g
+    module.train(was_training)
+    return float(np.median(times[1:] if len(times) > 1 else times))
+
+
+def choose(source, rng: np.random.Generator) -> Plan:
+    from fourdb.engine.pipeline import prefetch
+    from fourdb.engine.store import hot_budget_rows, replay_seconds, store_key
+    from fourdb.utils import cache_root
+
+    eng = source.engine
+    plan = source.epoch_plan(copy.deepcopy(rng))[: max(2, eng.profile_batches)]
+
+    def job(idx, seed):
+        t = time.perf_counter()
+        batch = source.sample("train", idx, np.random.default_rng(seed))
+        inputs = (batch.blocks, source.gather(batch))
+        return batch, inputs, time.perf_counter() - t
+
+    made = list(prefetch([(lambda i=i, s=s: job(i, s)) for i, s in plan], workers=1, depth=1))
+    times = [m[2] for m in made]
+    sample_s = float(np.median(times[1:] or times))  # the first batch pays one-off warm-up
+    replay_s = replay_seconds(source, [m[0] for m in made])
+    device = source._device if source._device is not None else torch.device("cpu")
+    on_gpu = torch.device(device).type == "cuda"
+    model_s = _model_seconds(source._module, device, [m[1] for m in made]) if source._module is not None else 0.0
+
+    cores = os.cpu_count() or 1
+    spare = cores if on_gpu else max(1, cores - 1)
+    workers = int(min(spare, 4, max(1, math.ceil(sample_s / max(model_s, 1e-6)))))
+    nb = source.num_train_batches()
+    epochs = max(1, source.planned_epochs or eng.store_epochs)
+    online_epoch = nb * step_seconds(model_s, sample_s / workers, on_gpu)
+    offline_epoch = nb * step_seconds(model_s, replay_s, on_gpu)
+
+    tier = device if on_gpu else "cpu"
+    feats = source.data.graph.features
+    total_mb = sum(f.numeric.nbytes + f.categorical.nbytes for f in feats.values()) / 2 ** 20
+    cache_mb = float(min(max(total_mb, 1.0), 0.25 * _free_memory_mb(tier), max(eng.cache_mb, total_mb)))
+    key = store_key(source, rng, eng.store_epochs, hot_budget_rows(source, cache_mb))
+    built = (cache_root() / "store" / key / "manifest.json").exists()
+    build_s = 0.0 if built else eng.store_epochs * nb * sample_s / workers
+    online_total = epochs * online_epoch
+    offline_total = build_s + epochs * offline_epoch
+    mode = "offline" if offline_total < online_total else "online"
+    reason = (f"{epochs} epochs x {nb} batches: online {online_total:.1f} s vs store "
+              f"{'(already built) ' if built else f'(build {build_s:.1f} s) '}{offline_total:.1f} s")
+    chosen = Plan(mode, workers, cache_mb, offline_epoch if mode == "offline" else online_epoch, online_epoch,
+                  offline_epoch, sample_s, replay_s, model_s, reason)
+    log.info("engine auto: per batch sample %.1f ms, replay %.1f ms, model %.1f ms; %s -> %s, %d sampler "
+             "thread(s), feature cache %.0f MB; predicted epoch %.2f s", 1e3 * sample_s, 1e3 * replay_s,
+             1e3 * model_s, reason, mode, workers, cache_mb, chosen.predicted_epoch_s)
+    return chosen
