@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fourdb.leaderboard.schema import RecordError
+from fourdb.leaderboard.schema import SCHEMA_VERSIONS, RecordError
 from fourdb.utils import atomic_write_text
 
 KEY = ["entity", "cutoff"]
@@ -28,7 +28,7 @@ def resolved_params(dataset: str, params: dict | None) -> dict:
     return {**defaults, **(params or {})}
 
 
-def test_split(dataset: str, task: str, params: dict | None = None):
+def load_test_split(dataset: str, task: str, params: dict | None = None):
     """(task, test frame) as fourdb materializes them."""
     from fourdb.datasets import load_dataset
     from fourdb.tasks import load_task
@@ -50,7 +50,7 @@ def _format_cutoff(values: pd.Series) -> pd.Series:
 
 def write_template(dataset: str, task: str, out: str | Path, params: dict | None = None) -> int:
     """Write the test keys with empty prediction columns; returns the number of rows."""
-    t, test = test_split(dataset, task, params)
+    t, test = load_test_split(dataset, task, params)
     frame = pd.DataFrame({"entity": test["entity"].to_numpy(), "cutoff": _format_cutoff(test["cutoff"])})
     for col in prediction_columns(t):
         frame[col] = ""
@@ -140,17 +140,16 @@ def read_predictions(path: str | Path, task, test: pd.DataFrame) -> np.ndarray:
 def external_record(path: str | Path, method: str, dataset: str, task: str, seed: int = 0,
                     params: dict | None = None) -> dict:
     """Check a prediction file and score it against the test labels; returns a run record."""
-    from fourdb.run import RECORD_VERSION, environment
     from fourdb.train.metrics import evaluate
 
     if not method or not method.strip():
         raise RecordError("--method: give the method a name")
-    t, test = test_split(dataset, task, params)
+    t, test = load_test_split(dataset, task, params)
     preds = read_predictions(path, t, test)
     metrics = evaluate(t.spec.metrics, test["label"].to_numpy(), preds)
     n = int(len(test))
     return {
-        "record_version": RECORD_VERSION,
+        "record_version": SCHEMA_VERSIONS[-1],
         "dataset": dataset, "task": t.spec.name, "task_spec_hash": t.spec.spec_hash,
         "task_type": t.spec.task_type, "metric": t.spec.metric,
         "model": method.strip(), "inputs": {"external": True}, "seed": int(seed),
@@ -160,5 +159,27 @@ def external_record(path: str | Path, method: str, dataset: str, task: str, seed
                    "model": {"name": method.strip()}, "external": True, "seed": int(seed)},
         "external": True,
         "predictions_sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
-        **environment(),
+        **_environment(),
     }
+
+
+def _environment() -> dict:
+    """Where the predictions were scored (the model itself ran elsewhere); as a run record has it."""
+    import os
+    import platform
+    import subprocess
+    from importlib import metadata
+
+    def version(pkg):
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            return None
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"packages": {p: version(p) for p in ("fourdb", "duckdb", "pandas", "numpy", "scikit-learn")},
+            "git_commit": commit, "hardware": {"platform": platform.platform(), "cpus": os.cpu_count(), "gpu": None}}

@@ -1,0 +1,318 @@
+"""Leaderboards: schema, locked atomic submission, external predictions, render and show."""
+import copy
+import json
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+
+from fourdb.cli import CONF_DIR
+from fourdb.errors import FourdbError
+from fourdb.leaderboard import RecordError, read_board, submit_records, submit_run_dirs, validate_record
+from fourdb.leaderboard.external import external_record, load_test_split
+from fourdb.leaderboard.render import DUCKDB_SQL, render, show
+from fourdb.leaderboard.store import board_path
+from fourdb.tasks import find_task
+
+SMALL = ["dataset=synthetic", "dataset.params.size=150", "task=taste", "trainer.progress=false"]
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fourdb(*args, cwd, env=None):
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "fourdb.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def base_record():
+    """One real run record (GBDT on the small synthetic shop)."""
+    from fourdb.run import run_experiment
+
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        cfg = compose("config", overrides=[*SMALL, "model=gbdt"])
+    return json.loads(json.dumps(run_experiment(cfg), default=str))
+
+
+def variant(record, seed, model=None, test=None):
+    r = copy.deepcopy(record)
+    r["seed"] = r["config"]["seed"] = seed
+    if model:
+        r["model"] = r["config"]["model"]["name"] = model
+    if test is not None:
+        r["metrics"]["test"][r["metric"]] = test
+    return r
+
+
+def submit(root, *records, **kw):
+    return submit_records([(f"record {i}", r) for i, r in enumerate(records)], root, **kw)
+
+
+# ---- schema -------------------------------------------------------------------------------------
+
+
+def test_schema_errors_are_one_line_and_name_the_field(base_record):
+    assert validate_record(base_record) is base_record
+    cases = [
+        ({"seed": None}, "field 'seed' must be integer"),
+        ({"seed": True}, "field 'seed' must be integer"),
+        ({"record_version": 99}, "record_version 99 is not supported"),
+        ({"task_type": "ranking"}, "task_type must be one of"),
+        ({"metric": "f2"}, "unknown metric 'f2'"),
+        ({"metrics": {"val": {"auroc": 0.5}}}, "metrics.test.auroc is missing"),
+        ({"metrics": {"test": {"auroc": "0.9"}}}, "metrics.test.auroc must be a number"),
+        ({"wall_seconds": None}, "allowed only for external"),
+    ]
+    for change, message in cases:
+        bad = {**base_record, **change}
+        with pytest.raises(RecordError, match=message) as e:
+            validate_record(bad, "r.json")
+        assert "\n" not in str(e.value) and str(e.value).startswith("r.json: ")
+    missing = {k: v for k, v in base_record.items() if k != "task_spec_hash"}
+    with pytest.raises(RecordError, match="missing field 'task_spec_hash'"):
+        validate_record(missing)
+
+
+# ---- submission ---------------------------------------------------------------------------------
+
+
+def test_submit_appends_and_refuses_duplicates(tmp_path, base_record):
+    result = submit(tmp_path, variant(base_record, 0), variant(base_record, 1))
+    path = board_path(tmp_path, "synthetic", "taste")
+    assert [r["seed"] for r in read_board(path)] == [0, 1] and len(result.added) == 2
+    before = path.read_bytes()
+    with pytest.raises(RecordError, match="already on the leaderboard"):
+        submit(tmp_path, variant(base_record, 2), variant(base_record, 1))
+    assert path.read_bytes() == before  # all or nothing: seed 2 was not added either
+    with pytest.raises(RecordError, match="duplicate of record 0 in this submission"):
+        submit(tmp_path, variant(base_record, 5), variant(base_record, 5))
+    # another config of the same model and seed is a different setting, not a duplicate
+    other = variant(base_record, 1)
+    other["config"]["max_train_seeds"] = 100
+    skipped = submit(tmp_path, other, variant(base_record, 0), skip_duplicates=True)
+    assert len(skipped.added) == 1 and len(skipped.skipped) == 1
+    # the seed and display-only keys do not change a setting's config hash
+    lines = read_board(path)
+    assert lines[0]["config_hash"] == lines[1]["config_hash"] != lines[2]["config_hash"]
+
+
+def test_stale_task_version_refused(tmp_path, base_record):
+    stale = variant(base_record, 0)
+    stale["task_spec_hash"] = "0123456789abcdef"
+    with pytest.raises(RecordError, match="another version of task synthetic/taste"):
+        submit(tmp_path, stale)
+    assert not board_path(tmp_path, "synthetic", "taste").exists()
+    assert base_record["task_spec_hash"] == find_task("synthetic", "taste").spec_hash
+
+
+def _submitter(root, record, seeds, barrier):
+    barrier.wait()
+    for s in seeds:
+        submit(root, variant(record, s))
+
+
+def test_eight_concurrent_submitters_lose_no_record(tmp_path, base_record):
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(8)
+    procs = [ctx.Process(target=_submitter, args=(tmp_path, base_record, range(10 * i, 10 * i + 5), barrier))
+             for i in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0] * 8
+    seeds = sorted(r["seed"] for r in read_board(board_path(tmp_path, "synthetic", "taste")))
+    assert seeds == sorted(10 * i + j for i in range(8) for j in range(5))
+
+
+def test_submitter_killed_mid_write_leaves_valid_file(tmp_path, base_record):
+    path = board_path(tmp_path, "synthetic", "taste")
+    submit(tmp_path, *(variant(base_record, s) for s in range(3)))
+    before = path.read_bytes()
+    rec = tmp_path / "record.json"
+    rec.write_text(json.dumps(variant(base_record, 7)))
+    code = ("import sys; from fourdb.leaderboard import submit_run_dirs; "
+            "submit_run_dirs([sys.argv[1]], sys.argv[2])")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(rec), str(tmp_path)],
+                            env={**os.environ, "FOURDB_LEADERBOARD_WRITE_DELAY": "60"})
+    try:
+        deadline = time.time() + 60
+        while not list(path.parent.glob(f".{path.name}.*.tmp")):  # inside the write: temp file half written
+            assert proc.poll() is None and time.time() < deadline, "submitter never reached the write"
+            time.sleep(0.05)
+        time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert path.read_bytes() == before and len(read_board(path)) == 3
+    # the lock died with the submitter; the next submission goes through and clears the temp file
+    submit(tmp_path, variant(base_record, 7))
+    assert [r["seed"] for r in read_board(path)] == [0, 1, 2, 7]
+    assert not list(path.parent.glob(f".{path.name}.*.tmp"))
+
+
+# ---- external predictions -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def test_keys():
+    task, test = load_test_split("synthetic", "taste", {"size": 150})
+    frame = pd.DataFrame({"entity": test["entity"], "cutoff": test["cutoff"].dt.strftime("%Y-%m-%d %H:%M:%S"),
+                          "prediction": np.random.default_rng(0).random(len(test))})
+    return frame, test
+
+
+def _bad_files(frame):
+    extra = pd.concat([frame, frame.iloc[[0]].assign(entity=10**6)])
+    nan = frame.copy()
+    nan.loc[3, "prediction"] = np.nan
+    inf = frame.copy()
+    inf["prediction"] = inf["prediction"].astype(object)
+    inf.loc[4, "prediction"] = "inf"
+    prob = frame.copy()
+    prob.loc[5, "prediction"] = 1.7
+    return {
+        "missing keys": (frame.iloc[:-3], r"3 of \d+ test keys have no prediction"),
+        "extra keys": (extra, "1 rows are not test keys of the task .first: line"),
+        "nan": (nan, "line 5: prediction is empty, not a finite number"),
+        "inf": (inf, "line 6: prediction is 'inf', not a finite number"),
+        "probability 1.7": (prob, "line 7: prediction 1.7 is outside \\[0, 1\\]"),
+        "wrong column": (frame.rename(columns={"prediction": "score"}), "missing column 'prediction'"),
+        "unexpected column": (frame.assign(note="x"), "unexpected column 'note'"),
+        "duplicate key": (pd.concat([frame, frame.iloc[[2]]]), "duplicate key .entity=.* at lines 4, "),
+        "bad cutoff": (frame.assign(cutoff=["soon"] + list(frame["cutoff"][1:])), "line 2: cutoff 'soon' is not"),
+    }
+
+
+def test_bad_prediction_files_change_nothing(tmp_path, test_keys, base_record):
+    frame, _ = test_keys
+    submit(tmp_path, variant(base_record, 0))
+    path = board_path(tmp_path, "synthetic", "taste")
+    before = path.read_bytes()
+    for case, (bad, message) in _bad_files(frame).items():
+        f = tmp_path / f"{case.replace(' ', '_')}.csv"
+        bad.to_csv(f, index=False)
+        with pytest.raises(RecordError, match=message) as e:
+            external_record(f, "mine", "synthetic", "taste", params={"size": 150})
+        assert "\n" not in str(e.value), case
+    assert path.read_bytes() == before
+    # through the command line: one line on stderr, exit 2, board untouched
+    f = tmp_path / "probability_1.7.csv"
+    p = fourdb("leaderboard", "submit", "--root", str(tmp_path), "--predictions", str(f), "--method", "mine",
+               "--dataset", "synthetic", "--task", "taste", "--dataset-param", "size=150", cwd=tmp_path)
+    assert p.returncode == 2 and "outside [0, 1]" in p.stderr and p.stderr.strip().count("\n") == 0, p.stderr
+    assert path.read_bytes() == before
+
+
+def test_external_predictions_are_scored_against_fourdb_labels(tmp_path, test_keys):
+    frame, test = test_keys
+    shuffled = frame.assign(prediction=test["label"].to_numpy().astype(float)).sample(frac=1, random_state=0)
+    f = tmp_path / "oracle.csv"
+    shuffled.to_csv(f, index=False)  # row order is free; keys decide
+    record = external_record(f, "oracle", "synthetic", "taste", seed=3, params={"size": 150})
+    assert record["external"] and record["metrics"]["test"]["auroc"] == 1.0 and record["seed"] == 3
+    assert record["num_seeds"]["test"] == len(test)
+    submit(tmp_path, record)
+    with pytest.raises(RecordError, match="already on the leaderboard"):
+        submit(tmp_path, external_record(f, "oracle", "synthetic", "taste", seed=3, params={"size": 150}))
+
+
+def test_cli_template_and_external_submit(tmp_path):
+    out = tmp_path / "keys.csv"
+    p = fourdb("leaderboard", "template", "--dataset", "synthetic", "--task", "taste", "--dataset-param", "size=150",
+               "--out", str(out), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    keys = pd.read_csv(out)
+    assert list(keys.columns) == ["entity", "cutoff", "prediction"] and keys["prediction"].isna().all()
+    keys["prediction"] = 0.5
+    keys.to_csv(out, index=False)
+    p = fourdb("leaderboard", "submit", "--predictions", str(out), "--method", "coin", "--dataset", "synthetic",
+               "--task", "taste", "--dataset-param", "size=150", cwd=tmp_path,
+               env={"FOURDB_LEADERBOARDS": str(tmp_path / "lb")})
+    assert p.returncode == 0, p.stderr
+    assert "test auroc 0.5000" in p.stdout
+    assert "validating" not in p.stderr  # no progress bar when stderr is not a terminal
+    [r] = read_board(board_path(tmp_path / "lb", "synthetic", "taste"))
+    assert r["model"] == "coin" and r["inputs"] == {"external": True}
+
+
+# ---- render, show, query ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def filled_root(tmp_path_factory, base_record):
+    """Boards with known values: gbdt 0.6/0.7/0.8, 'other' 0.9/0.92, and a regression board."""
+    root = tmp_path_factory.mktemp("boards")
+    recs = [variant(base_record, s, test=v) for s, v in zip(range(3), (0.6, 0.7, 0.8))]
+    recs += [variant(base_record, s, model="other", test=v) for s, v in zip(range(2), (0.9, 0.92))]
+    spec = find_task("nycflights13", "arrival-delay")
+    reg = copy.deepcopy(base_record)
+    reg.update(dataset="nycflights13", task="arrival-delay", task_spec_hash=spec.spec_hash, task_type="regression",
+               metric="mae", metrics={"val": {"mae": 11.0, "rmse": 20.0}, "test": {"mae": 12.5, "rmse": 21.0}})
+    reg["config"]["dataset"] = {"name": "nycflights13", "params": {"max_flights": None}}
+    submit(root, *recs, reg)
+    return root
+
+
+def test_render_writes_readme_with_mean_std_ranks_and_plots(filled_root):
+    readme = render(filled_root).read_text()
+    assert "## synthetic / taste [size=150]" in readme and "## nycflights13 / arrival-delay" in readme
+    assert "| 1 | other | single_table | 2 | 0.9100 ± 0.0141 |" in readme
+    assert "| 2 | gbdt | single_table | 3 | 0.7000 ± 0.1000 |" in readme
+    assert "12.5000 (1 seed)" in readme and "lower is better" in readme
+    assert "## Classification: average rank" in readme and "## Regression: average rank" in readme
+    assert "read_json_auto('leaderboards/*/*.jsonl')" in readme
+    plots = sorted(p.name for p in (filled_root / "plots").glob("*.png"))
+    assert plots == ["classification_average_rank.png", "nycflights13__arrival-delay.png",
+                     "regression_average_rank.png", "synthetic__taste__size-150.png"]
+    for name in plots:
+        assert f"(plots/{name})" in readme
+        assert (filled_root / "plots" / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_show_prints_one_board(filled_root, tmp_path):
+    p = fourdb("leaderboard", "show", "synthetic", "taste", "--root", str(filled_root), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == "synthetic / taste [size=150]"
+    assert "0.9100 ± 0.0141" in p.stdout and "0.7000 ± 0.1000" in p.stdout and "arrival-delay" not in p.stdout
+    with pytest.raises(FourdbError, match="no results for synthetic/leak"):
+        show("synthetic", "leak", filled_root)
+
+
+def test_boards_are_queryable_with_duckdb(filled_root):
+    import duckdb
+
+    sql = DUCKDB_SQL.replace("leaderboards/", f"{filled_root}/")
+    rows = duckdb.sql(sql).fetchall()
+    got = {(d, t, m): v for d, t, m, v in rows}
+    assert got[("synthetic", "taste", "gbdt")] == pytest.approx(0.7)
+    assert got[("synthetic", "taste", "other")] == pytest.approx(0.91)
+    assert got[("nycflights13", "arrival-delay", "gbdt")] is None  # a regression board has no auroc
+
+
+def test_cli_submit_run_folders(tmp_path, base_record):
+    sweep = tmp_path / "multirun"
+    for s in range(3):
+        (sweep / f"{s}_run").mkdir(parents=True)
+        (sweep / f"{s}_run" / "record.json").write_text(json.dumps(variant(base_record, s)))
+    p = fourdb("leaderboard", "submit", "--root", str(tmp_path / "lb"), str(sweep), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "submitted 3 record(s)" in p.stdout
+    again = fourdb("leaderboard", "submit", "--root", str(tmp_path / "lb"), str(sweep / "1_run"), cwd=tmp_path)
+    assert again.returncode == 2 and "already on the leaderboard" in again.stderr
+    with pytest.raises(RecordError, match="no such run folder"):
+        submit_run_dirs([tmp_path / "nothing"], tmp_path / "lb")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RecordError, match="no record.json in it or below it"):
+        submit_run_dirs([tmp_path / "empty"], tmp_path / "lb")
