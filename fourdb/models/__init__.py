@@ -37,6 +37,40 @@ class Model:
         raise NotImplementedError
 
 
+class NeuralModel(Model):
+    """A torch module fitted by the one trainer on batches from a data source (tabular or graph)."""
+
+    def build(self, data):
+        """The untrained ``torch.nn.Module``."""
+        raise NotImplementedError
+
+    def make_source(self, data, trainer_cfg):
+        """The data source the trainer pulls batches from (see fourdb/train/trainer.py)."""
+        raise NotImplementedError
+
+    def fit(self, data, trainer_cfg) -> "NeuralModel":
+        from fourdb.train.trainer import Trainer
+
+        self.trainer = Trainer(trainer_cfg, self.info.task_type, self.info.metric, self.seed)
+        self.source = self.make_source(data, trainer_cfg)
+        self.module = self.trainer.fit(self.build(data), self.source)
+        return self
+
+    def predict(self, data, split: str):
+        return self.trainer.predict(self.module, self.source, split)
+
+
+def check_params(model: str, fn, params: dict, fixed: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> None:
+    """A clear error for a YAML parameter that ``fn`` (a model's builder) does not take."""
+    import inspect
+
+    accepted = set(inspect.signature(fn).parameters) - set(fixed) | set(also)
+    unknown = set(params) - accepted
+    if unknown:
+        raise FourdbError(f"model '{model}' has no parameter {', '.join(sorted(unknown))} "
+                          f"(it takes {', '.join(sorted(accepted))})")
+
+
 def register_model(name: str):
     def wrap(cls):
         cls.name = name
@@ -52,4 +86,5 @@ def create_model(name: str, info: TaskInfo, seed: int = 0, **params) -> Model:
     return MODELS[name](info, seed=seed, **params)
 
 
-from fourdb.models import gbdt, sage, gat, hgt, pna, rgcn  # noqa: E402,F401  (registration)
+from fourdb.models import gbdt, mlp, deepfm, fttransformer  # noqa: E402,F401  (registration)
+from fourdb.models import sage, gat, hgt, pna, rgcn  # noqa: E402,F401

@@ -5,23 +5,21 @@ vector, then one layer per sampled hop runs the model's heterograph convolution 
 source nodes to its destination nodes, adds the destination's own state (residual), normalizes
 (LayerNorm per table), and applies ReLU and dropout; a two-layer head reads the seed rows.
 
-``GNN`` is the ``Model`` wrapper (fit/predict through the one trainer). A subclass implements
-``conv(etypes, hidden, **params)``: a module called as ``conv(block, (h_src, h_dst))`` with dicts of
-per-table tensors, returning a ``[num_dst, hidden]`` tensor per destination table that has in-edges.
-Its keyword parameters come from the model's YAML ``params`` (beside ``hidden`` and ``dropout``).
+``GNN`` is the ``Model`` wrapper (fit/predict through the one trainer, from ``NeuralModel``). A
+subclass implements ``conv(etypes, hidden, **params)``: a module called as ``conv(block, (h_src,
+h_dst))`` with dicts of per-table tensors, returning a ``[num_dst, hidden]`` tensor per destination
+table that has in-edges. Its keyword parameters come from the model's YAML ``params`` (beside
+``hidden``, ``dropout`` and ``layers``, which must equal the number of sampled hops).
 """
 from __future__ import annotations
-
-import inspect
 
 import torch
 from torch import nn
 
 from fourdb.engine.loader import GraphSource
 from fourdb.errors import FourdbError
-from fourdb.models import Model
+from fourdb.models import NeuralModel, check_params
 from fourdb.models.encoders import NodeEncoder, key
-from fourdb.train.trainer import Trainer
 
 RELATIVE_TIME_DIMS = 2  # [log age in days, is static] that the loader appends to every row's numbers
 
@@ -60,36 +58,26 @@ class HeteroGNN(nn.Module):
         return self.head(h[self.seed_type][:num_seeds])
 
 
-class GNN(Model):
-    """fit/predict for every GNN: sampled blocks from ``GraphSource``, one layer per sampled hop."""
+class GNN(NeuralModel):
+    """A GNN model: sampled blocks from ``GraphSource``, one layer per sampled hop."""
 
     input_kind = "graph"
 
     def conv(self, etypes: list[tuple[str, str, str]], hidden: int, **params) -> nn.Module:
         raise NotImplementedError
 
-    def _module(self, data) -> HeteroGNN:
+    def build(self, data) -> HeteroGNN:
         params = dict(self.params)
         hidden, dropout = params.pop("hidden", 64), params.pop("dropout", 0.1)
         layers = params.pop("layers", None)
         if layers is not None and layers != len(data.sampler.fanouts):
             raise FourdbError(f"model '{self.name}': layers={layers} but the sampler draws "
                               f"{len(data.sampler.fanouts)} hops (sampler.fanouts has one per layer)")
-        accepted = set(inspect.signature(self.conv).parameters) - {"etypes", "hidden"}
-        unknown = set(params) - accepted
-        if unknown:
-            raise FourdbError(f"model '{self.name}' has no parameter {', '.join(sorted(unknown))} "
-                              f"(it takes hidden, dropout, layers{''.join(', ' + a for a in sorted(accepted))})")
+        check_params(self.name, self.conv, params, fixed=("etypes", "hidden"), also=("hidden", "dropout", "layers"))
         dims = {t: (f.numeric.shape[1] + RELATIVE_TIME_DIMS, f.cardinalities) for t, f in data.graph.features.items()}
         etypes = data.graph.canonical_etypes
         return HeteroGNN(lambda: self.conv(etypes, hidden, **params), dims, len(data.sampler.fanouts), hidden,
                          self.info.out_dim, data.seed_type, dropout)
 
-    def fit(self, data, trainer_cfg):
-        self.trainer = Trainer(trainer_cfg, self.info.task_type, self.info.metric, self.seed)
-        self.source = GraphSource(data, trainer_cfg.batch_size)
-        self.module = self.trainer.fit(self._module(data), self.source)
-        return self
-
-    def predict(self, data, split):
-        return self.trainer.predict(self.module, self.source, split)
+    def make_source(self, data, trainer_cfg) -> GraphSource:
+        return GraphSource(data, trainer_cfg.batch_size)

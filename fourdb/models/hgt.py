@@ -54,7 +54,7 @@ class HGTConv(nn.Module):
             a, m, w = torch.cat(logits[t]), torch.cat(messages[t]), torch.cat(ends[t])
             n = block.num_dst_nodes(t)
             # softmax over each destination's in-edges of every type
-            top = a.detach().new_full((n, H), -math.inf).scatter_reduce(0, w[:, None].expand(-1, H), a.detach(), "amax")
+            top = a.new_full((n, H), -math.inf).scatter_reduce(0, w[:, None].expand(-1, H), a.detach(), "amax")
             e = torch.exp(a - top[w])
             e = e / e.new_zeros((n, H)).index_add_(0, w, e)[w]
             agg = m.new_zeros((n, H, D)).index_add_(0, w, e.unsqueeze(-1) * m)
