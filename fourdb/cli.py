@@ -32,8 +32,23 @@ def _hydra_run(argv: list[str]) -> None:
         print(format_records([record]), flush=True)
         return record["metrics"]["val"][record["metric"]]
 
-    sys.argv = ["fourdb run", *argv]
+    sys.argv = ["fourdb run", *_folder_dataset(argv)]
     app()
+
+
+def _folder_dataset(argv: list[str]) -> list[str]:
+    """``dataset=path/to/db`` (a database folder, not a config name) -> the ``folder`` dataset config."""
+    out = []
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key == "dataset" and value and "," not in value and not (Path(CONF_DIR) / "dataset" / f"{value}.yaml").exists() \
+                and Path(value).is_dir():
+            path = str(Path(value).resolve()).replace("'", "\\'")
+            label = Path(value).resolve().name.replace("'", "\\'")
+            out += ["dataset=folder", f"dataset.name='{label}'", f"dataset.path='{path}'"]
+        else:
+            out.append(arg)
+    return out
 
 
 class SummaryCallback:
@@ -75,6 +90,14 @@ def _validate(args) -> int:
     return 0
 
 
+def _import(args) -> int:
+    from fourdb.rdb.importers import import_database
+
+    report = import_database(args.path, args.out, name=args.name)
+    print(report.format())
+    return 0
+
+
 def _datasets(args) -> int:
     from fourdb.datasets import DATASETS
     from fourdb.tasks import TASKS_DIR
@@ -94,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fourdb", description="Predictive ML on relational databases.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run experiments (Hydra overrides follow, e.g. model=sage -m)")
+    p = sub.add_parser("import", help="convert a SQLite/DuckDB file, a 4DBInfer or a RelBench folder into a database folder")
+    p.add_argument("path")
+    p.add_argument("--out", required=True, help="database folder to write (must not exist, or be empty)")
+    p.add_argument("--name", default=None, help="database name (default: the file or folder name)")
+    p.set_defaults(func=_import)
     p = sub.add_parser("validate", help="check a database folder (schema.yaml plus data files)")
     p.add_argument("folder")
     p.set_defaults(func=_validate)

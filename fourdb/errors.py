@@ -11,3 +11,7 @@ class SchemaError(FourdbError):
 
 class TaskError(FourdbError):
     """A task spec cannot be materialized against its database."""
+
+
+class DatabaseImportError(FourdbError):
+    """A database file or folder cannot be imported (unknown format, no tables, broken declared keys)."""
