@@ -125,6 +125,7 @@ def prepare(record: dict, where: str) -> dict:
             f"{where}: made against another version of task {record['dataset']}/{record['task']} "
             f"(spec hash {record['task_spec_hash']}, the task file now hashes to {current}); rerun it")
     record = _finite(dict(record))
+    record.setdefault("external", False)  # every stored line has it, so queries can filter on it
     record["config_hash"] = config_hash(record)
     record.setdefault("submitted_at", datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
     return record

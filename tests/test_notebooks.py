@@ -1,0 +1,51 @@
+"""The notebooks run top to bottom on small data, so they never rot."""
+import copy
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from hydra import compose, initialize_config_dir
+from nbclient import NotebookClient
+
+from fourdb.cli import CONF_DIR
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def execute(name: str) -> nbformat.NotebookNode:
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    # the kernel inherits this process's environment (FOURDB_CACHE, the variables set below)
+    NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    return nb
+
+
+def outputs(nb, kind: str) -> list:
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if kind in o.get("data", {})]
+
+
+def test_dataset_guide_runs(monkeypatch):
+    monkeypatch.setenv("FOURDB_GUIDE_SIZE", "150")
+    nb = execute("dataset_guide.ipynb")
+    assert len(outputs(nb, "image/png")) == 2  # the schema drawing and the label drift
+    text = json.dumps([c.get("outputs", []) for c in nb.cells])
+    assert "purchases" in text and "spec hash" in text
+
+
+def test_leaderboard_analysis_runs(monkeypatch, tmp_path):
+    from fourdb.leaderboard import submit_records
+    from fourdb.run import run_experiment
+
+    overrides = ["dataset=synthetic", "dataset.params.size=150", "task=taste", "model=gbdt", "trainer.progress=false"]
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        record = json.loads(json.dumps(run_experiment(compose("config", overrides=overrides)), default=str))
+    records = []
+    for seed in range(3):
+        r = copy.deepcopy(record)
+        r["seed"] = r["config"]["seed"] = seed
+        records.append((f"seed {seed}", r))
+    submit_records(records, tmp_path)
+    monkeypatch.setenv("FOURDB_LEADERBOARDS", str(tmp_path))
+    nb = execute("leaderboard_analysis.ipynb")
+    assert len(outputs(nb, "image/png")) == 2
+    assert "1 boards under" in json.dumps(nb.cells[1]["outputs"])
