@@ -105,10 +105,11 @@ def find_task(dataset: str, task: str) -> TaskSpec:
     """A task by file path, or by name among tasks/<dataset>/ (or a database folder's tasks/)."""
     if task.endswith(".yaml") and Path(task).exists():
         return TaskSpec.load(task)
-    for folder in (Path(dataset) / "tasks", TASKS_DIR / Path(dataset).name):
+    folders = (Path(dataset) / "tasks", TASKS_DIR / Path(dataset).name)
+    for folder in folders:
         if (folder / f"{task}.yaml").exists():
             return TaskSpec.load(folder / f"{task}.yaml")
-    available = sorted(p.stem for p in (TASKS_DIR / Path(dataset).name).glob("*.yaml"))
+    available = sorted({p.stem for folder in folders for p in folder.glob("*.yaml")})
     raise TaskError(f"no task '{task}' for dataset '{dataset}' (available: {', '.join(available) or 'none'})")
 
 
