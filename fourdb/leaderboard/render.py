@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,12 @@ def inputs_label(inputs: dict) -> str:
         fanouts = sampler.get("fanouts")
         fanouts = "" if fanouts is None else str(list(fanouts) if isinstance(fanouts, (list, tuple)) else fanouts)
         parts.append(f"{sampler.get('strategy', '?')} sampler {fanouts}".strip())
-    rest = {k: v for k, v in inputs.items() if k not in ("features", "graph", "sampler")}
+    engine = inputs.get("engine") or {}
+    if engine:  # how batches are made and inference is run; its speed knobs stay out of the label
+        parts.append(" ".join(str(x) for x in (engine.get("name"), "engine") if x))
+        if engine.get("inference"):
+            parts.append(f"{engine['inference']} inference")
+    rest = {k: v for k, v in inputs.items() if k not in ("features", "graph", "sampler", "engine")}
     parts.extend(f"{k}={v}" for k, v in sorted(rest.items()))
     return ", ".join(parts) or "-"
 
@@ -113,6 +119,9 @@ def aggregate(records: list[dict]) -> list[dict]:
         walls = [r["wall_seconds"] for r in rs if r.get("wall_seconds") is not None]
         row["time (s)"] = f"{np.mean(walls):.1f}" if walls else "-"
         row["test rows"] = int(rs[0]["num_seeds"]["test"])
+        train, available = rs[0]["num_seeds"].get("train"), (rs[0].get("num_seeds_available") or {}).get("train")
+        row["train rows"] = "-" if train is None else f"{train}/{available}" if available not in (None, train) \
+            else str(train)
         row["config"] = chash[:8]
         row["_seed_list"] = [r["seed"] for r in rs]
         row["_test_values"] = [r["metrics"]["test"].get(metric) for r in rs]
@@ -125,7 +134,7 @@ def aggregate(records: list[dict]) -> list[dict]:
         frame = frame.sort_values(["rank", "model", "inputs", "config"], kind="stable").reset_index(drop=True)
         extra = [f"test {m}" for m in others if f"test {m}" in frame.columns]
         order = ["rank", "model", "inputs", "seeds", f"test {metric}", f"val {metric}", *extra, "time (s)",
-                 "test rows", "config"]
+                 "train rows", "test rows", "config"]
         frame = frame[order + [c for c in frame.columns if c.startswith("_")]]
         out.append({"dataset": dataset, "task": task, "task_type": first["task_type"], "metric": metric,
                     "protocol": protocol, "spec_hash": current, "stale": stale, "frame": frame})
@@ -192,14 +201,15 @@ def plot_table(t: dict) -> bytes:
     frame = t["frame"].iloc[::-1]
     labels = [f"{m} ({i})" for m, i in zip(frame["model"], frame["inputs"])]
     counts = Counter(labels)
-    labels = [f"{lab} #{c}" if counts[lab] > 1 else lab for lab, c in zip(labels, frame["config"])]
-    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * len(frame)))
+    labels = [textwrap.fill(f"{lab} #{c}" if counts[lab] > 1 else lab, 38, subsequent_indent="  ")
+              for lab, c in zip(labels, frame["config"])]
+    fig, ax = plt.subplots(figsize=(8, 0.8 + 0.6 * len(frame)))
     y = np.arange(len(frame))
     ax.barh(y, frame["_test_mean"], xerr=frame["_test_std"].fillna(0), color="#4c72b0", alpha=0.8, capsize=3)
     for yi, values in zip(y, frame["_test_values"]):
         v = [x for x in values if x is not None]
         ax.scatter(v, [yi] * len(v), color="black", s=10, zorder=3)
-    ax.set_yticks(y, labels)
+    ax.set_yticks(y, labels, fontsize=8)
     arrow = "higher is better" if higher_is_better(t["metric"]) else "lower is better"
     ax.set_xlabel(f"test {t['metric']} ({arrow}); bar: mean, line: ± std, dots: seeds")
     title = f"{t['dataset']} / {t['task']}" + (f" [{t['protocol']}]" if t["protocol"] else "")
@@ -219,9 +229,10 @@ def plot_ranks(board: str, frame: pd.DataFrame) -> bytes:
     import matplotlib.pyplot as plt
 
     frame = frame.iloc[::-1]
-    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * len(frame)))
+    fig, ax = plt.subplots(figsize=(8, 0.8 + 0.6 * len(frame)))
     ax.barh(np.arange(len(frame)), frame["average rank"].astype(float), color="#55a868")
-    ax.set_yticks(np.arange(len(frame)), frame["method"])
+    ax.set_yticks(np.arange(len(frame)), [textwrap.fill(m, 38, subsequent_indent="  ") for m in frame["method"]],
+                  fontsize=8)
     ax.set_xlabel("average rank over tasks (lower is better)")
     ax.set_title(f"{board}: average rank")
     data = _png(fig)
@@ -260,8 +271,8 @@ def render(root: str | Path | None = None) -> Path:
         "Written by `fourdb leaderboard render` from the records in `<dataset>/<task>.jsonl`; do not edit by hand.",
         "Each row is one setting (model, inputs, config) with its seeds aggregated: mean ± sample std of the",
         "test metric, rank 1 best. `time (s)` is the mean wall time of one run (load, features or graph, fit,",
-        "evaluate). Rows in brackets ran with non-default dataset parameters and are ranked only among",
-        "themselves. Add results with `fourdb leaderboard submit RUN_DIR...` (see the project README).", "",
+        "evaluate); `train rows` is how many training rows it used of those the task has. A heading with",
+        "[parameters] marks runs on non-default dataset parameters, ranked only among themselves. Add results with `fourdb leaderboard submit RUN_DIR...` (see the project README).", "",
     ]
     written = set()
     for board, frame in ranks.items():
