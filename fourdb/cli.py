@@ -16,7 +16,7 @@ log = logging.getLogger("fourdb")
 def _hydra_run(argv: list[str]) -> None:
     import hydra
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import DictConfig
+    from omegaconf import DictConfig, OmegaConf
 
     @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
     def app(cfg: DictConfig) -> float | None:
@@ -32,8 +32,18 @@ def _hydra_run(argv: list[str]) -> None:
         print(format_records([record]), flush=True)
         return record["metrics"]["val"][record["metric"]]
 
+    OmegaConf.register_new_resolver("metric_direction", metric_direction, replace=True)
     sys.argv = ["fourdb run", *_folder_dataset(argv)]
     app()
+
+
+def metric_direction(dataset, task: str) -> str:
+    """``maximize`` or ``minimize``: which way the task's primary metric is better (for Optuna sweeps)."""
+    from fourdb.tasks import find_task
+    from fourdb.train.metrics import HIGHER_IS_BETTER
+
+    spec = find_task(dataset.get("path") or dataset.name, task)
+    return "maximize" if HIGHER_IS_BETTER[spec.metric] else "minimize"
 
 
 def _folder_dataset(argv: list[str]) -> list[str]:

