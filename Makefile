@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install clean
+.PHONY: run test install clean bench bench-engine
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,6 +19,14 @@ run: $(STAMP)
 
 test: $(STAMP)
 	DGLBACKEND=pytorch $(BIN)/python -m pytest -q
+
+# Performance comparisons, one `BENCH name=... ratio=...` line each (not part of `make test`).
+# `bench` runs every benchmark group of the project; each group is a target it depends on.
+ENGINE_BENCH := bench_sampler.py bench_store.py bench_layerwise.py
+bench: bench-engine
+
+bench-engine: $(STAMP)
+	cd benchmarks && for s in $(ENGINE_BENCH); do DGLBACKEND=pytorch ../$(BIN)/python $$s || exit 1; done
 
 clean:
 	rm -rf $(VENV) outputs multirun .fourdb_cache
