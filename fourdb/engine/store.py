@@ -258,13 +258,15 @@ class BatchStore:
                 c0, c1 = e["cold_off"][b, i], e["cold_off"][b + 1, i]
                 cold_num = torch.from_numpy(np.array(e["cold"][i][0][c0:c1]))
                 cold_cat = torch.from_numpy(np.array(e["cold"][i][1][c0:c1]))
-                is_hot = slot >= 0
-                num = torch.empty((n, hot_num.shape[1]), dtype=hot_num.dtype)
-                cat = torch.empty((n, hot_cat.shape[1]), dtype=hot_cat.dtype)
-                hs = slot[is_hot]
-                num[is_hot], cat[is_hot] = hot_num[hs.to(hot_num.device)].cpu(), hot_cat[hs.to(hot_cat.device)].cpu()
-                num[~is_hot], cat[~is_hot] = cold_num, cold_cat
-                feats[t] = {"num": torch.cat([num, rel_t], 1), "cat": cat}
+                # assembled where the hot tier lives (the GPU when training runs there)
+                dev = hot_num.device
+                is_hot = (slot >= 0).to(dev)
+                num = torch.empty((n, hot_num.shape[1]), dtype=hot_num.dtype, device=dev)
+                cat = torch.empty((n, hot_cat.shape[1]), dtype=hot_cat.dtype, device=dev)
+                hs = slot.to(dev)[is_hot]
+                num[is_hot], cat[is_hot] = hot_num[hs], hot_cat[hs]
+                num[~is_hot], cat[~is_hot] = cold_num.to(dev), cold_cat.to(dev)
+                feats[t] = {"num": torch.cat([num, rel_t.to(dev)], 1), "cat": cat}
             r += n
         idx = np.asarray(e["idx"][e["seed_off"][b]:e["seed_off"][b + 1]])
         return (blocks, feats), torch.as_tensor(labels[idx])
