@@ -74,7 +74,8 @@ def graph_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> GraphData:
 
 
 def table_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> TableData:
-    return TableData(build_table_features(cfg.features.name, db, task, splits),
+    params = {k: v for k, v in OmegaConf.to_container(cfg.features, resolve=True).items() if k != "name"}
+    return TableData(build_table_features(cfg.features.name, db, task, splits, **params),
                      {s: splits[s]["label"].to_numpy() for s in ("train", "val")})
 
 
