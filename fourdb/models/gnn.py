@@ -49,7 +49,9 @@ class HeteroGNN(nn.Module):
 
     def layer(self, i: int, block, h: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Hop ``i``: source states ``h`` of ``block`` -> states of its destination nodes."""
-        dst = {t: v[: block.num_dst_nodes(t)] for t, v in h.items() if block.num_dst_nodes(t)}
+        # tables with no destination rows stay (empty), so every edge type into a table takes part in
+        # every batch alike: a row's output does not depend on which other rows share its batch
+        dst = {t: v[: block.num_dst_nodes(t)] for t, v in h.items()}
         out = self.convs[i](block, (h, dst))
         # a table whose in-edges were all empty keeps its own state
         return {t: self.dropout(torch.relu(self.norms[i][key(t)](out.get(t, dst[t]) + dst[t]))) for t in dst}
