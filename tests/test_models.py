@@ -44,7 +44,10 @@ def config(*overrides):
 
 @functools.cache
 def run(model: str, task: str, features: str = "single_table") -> dict:
-    return run_experiment(config(*COMMON, f"task={task}", f"model={model}", f"features={features}"))["metrics"]
+    # DFS gives ~55 columns (fttransformer's tokens): fewer training seeds keep the file fast
+    fewer = ["max_train_seeds=1200"] if features == "dfs" else []
+    return run_experiment(config(*COMMON, f"task={task}", f"model={model}", f"features={features}",
+                                 *fewer))["metrics"]
 
 
 @functools.cache
@@ -95,11 +98,12 @@ def test_tabular_model_runs_on_regression(model):
 
 @needs_dfs
 @pytest.mark.parametrize("model", TABULAR)
-def test_tabular_model_on_dfs_features_beats_chance(model):
+def test_tabular_model_on_dfs_features_beats_trivial_baselines(model):
+    """Aggregates over the user's purchases (e.g. the mode of their items' kind) carry the signal."""
     auroc = run(model, "taste", "dfs")["test"]["auroc"]
     assert auroc >= 0.6, (model, auroc)
-    mae = run(model, "purchase-count", "dfs")["test"]["mae"]
-    assert mae < mean_predictor_mae("purchase-count"), (model, mae)
+    mae, baseline = run(model, "purchase-count", "dfs")["test"]["mae"], mean_predictor_mae("purchase-count")
+    assert mae < baseline, (model, mae, baseline)
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,10 @@ class DeepFMNet(nn.Module):
                  dropout: float = 0.1, embed_dim: int = 16):
         super().__init__()
         fields = numeric_dim + len(cardinalities)
-        self.first_order = FeatureTokenizer(numeric_dim, cardinalities, out_dim, bias=False)
+        # small initial weights: the first-order term sums over all fields, the pairwise one over their pairs
+        self.first_order = FeatureTokenizer(numeric_dim, cardinalities, out_dim, bias=False, scale=0.01)
         self.bias = nn.Parameter(torch.zeros(out_dim))
-        self.fields = FeatureTokenizer(numeric_dim, cardinalities, embed_dim, bias=False)
+        self.fields = FeatureTokenizer(numeric_dim, cardinalities, embed_dim, bias=False, scale=0.01)
         self.interaction = nn.Linear(embed_dim, out_dim, bias=False)
         nn.init.constant_(self.interaction.weight, 1.0)  # starts as the plain FM sum
         self.deep = nn.Sequential(feed_forward(fields * embed_dim, hidden, layers, dropout), nn.Linear(hidden, out_dim))

@@ -2,8 +2,9 @@
 
 ``TableSource`` is the data source the trainer pulls from (as ``GraphSource`` is for GNNs): shuffled
 mini-batches ``((numeric, categorical), labels)`` of the encoded seed rows. Numeric columns are
-re-standardized with training statistics (hand-made or aggregated features need not be), and
-missing or infinite values become 0.
+re-standardized with training statistics (hand-made or aggregated features need not be), missing or
+infinite values become 0, and values outside a column's training range are clipped to it (a later
+split can hold far larger counts or ages, which a network, unlike a tree, would extrapolate from).
 
 ``TabularModel`` is the ``Model`` wrapper (fit/predict from ``NeuralModel``): it builds
 ``net(numeric_dim, cardinalities, out_dim, **params)`` from the model's YAML ``params``. The net maps
@@ -25,10 +26,11 @@ class TableSource:
         train = np.nan_to_num(data.features["train"].numeric.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
         mean, std = train.mean(0), train.std(0)
         std[std == 0] = 1.0
+        low, high = train.min(0, initial=0.0), train.max(0, initial=0.0)
 
         def tensors(feats):
             num = np.nan_to_num(feats.numeric.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
-            num = ((num - mean) / std).astype(np.float32)
+            num = ((np.clip(num, low, high) - mean) / std).astype(np.float32)
             return torch.from_numpy(num), torch.from_numpy(np.ascontiguousarray(feats.categorical, dtype=np.int64))
 
         self.x = {split: tensors(feats) for split, feats in data.features.items()}
@@ -70,9 +72,10 @@ class FeatureTokenizer(nn.Module):
     """One ``dim``-vector per column: x_j w_j (+ b_j) for numeric column j, an embedding per category
     column. ``[B, numeric_dim]``, ``[B, n_categorical]`` -> ``[B, numeric_dim + n_categorical, dim]``."""
 
-    def __init__(self, numeric_dim: int, cardinalities: list[int], dim: int, bias: bool = True):
+    def __init__(self, numeric_dim: int, cardinalities: list[int], dim: int, bias: bool = True,
+                 scale: float | None = None):
         super().__init__()
-        scale = dim ** -0.5
+        scale = dim ** -0.5 if scale is None else scale  # initial weights are uniform in [-scale, scale]
         self.weight = nn.Parameter(torch.empty(numeric_dim, dim).uniform_(-scale, scale))
         self.bias = nn.Parameter(torch.empty(numeric_dim, dim).uniform_(-scale, scale)) if bias else None
         self.embeddings = nn.ModuleList(nn.Embedding(c, dim) for c in cardinalities)
