@@ -45,6 +45,6 @@ def build_table_features(name: str, db: Database, task: Task, splits: dict, **pa
     return fn(db, task, splits, **params)
 
 
-from fourdb.features.dfs import dfs  # noqa: E402  (registration)
+from fourdb.features.dfs import dfs_features  # noqa: E402  (registration)
 
-FEATURES["dfs"] = dfs
+FEATURES["dfs"] = dfs_features

@@ -544,12 +544,6 @@ def _segments(k: np.ndarray):
     return gid, start
 
 
-def _segment_cumsum(v: np.ndarray, start: np.ndarray) -> np.ndarray:
-    c = np.cumsum(v)
-    before = np.where(start > 0, c[np.maximum(start - 1, 0)], 0)
-    return c - before
-
-
 def _arrow(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     rel = con.sql(sql)
     return rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
@@ -575,25 +569,25 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
     first_timed = np.where(has_time, idx, n)
     first_timed = np.minimum.reduceat(first_timed, np.flatnonzero(np.r_[True, k[1:] != k[:-1]]))[gid] if n else first_timed
     out["tf"] = np.where(idx >= first_timed, tl[np.minimum(first_timed, max(n - 1, 0))], np.datetime64("NaT"))
+    sums, mins, maxs = {}, {}, {}  # column name -> values, scanned per group in one 2-D pass each
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if n else np.zeros(0, dtype=np.int64)
     for i, prims in need.items():
         if dtypes[i] == "numeric":
             x = _numpy(df, f"x{i}", np.float64)
             ok = ~np.isnan(x)
             if prims & {"sum", "mean", "std"}:
-                m = float(x[ok].mean()) if ok.any() else 0.0  # shift: sums of squares keep their precision
+                # shift by the group's first known value, so sums of squares keep their precision
+                first = np.minimum.reduceat(np.where(ok, idx, n), starts)[gid] if n else idx
+                m = np.where(first < n, x[np.minimum(first, max(n - 1, 0))], 0.0)
                 z = np.where(ok, x - m, 0.0)
-                out[f"m{i}"] = np.full(n, m)
-                out[f"n{i}"] = _segment_cumsum(ok.astype(np.int64), start).astype(np.float64)
-                out[f"s{i}"] = _segment_cumsum(z, start)
+                out[f"m{i}"] = m
+                sums[f"n{i}"], sums[f"s{i}"] = ok.astype(np.float64), z
                 if "std" in prims:
-                    out[f"q{i}"] = _segment_cumsum(z * z, start)
-            if prims & {"min", "max"}:
-                if "min" in prims:
-                    mn = pd.Series(np.where(ok, x, np.inf)).groupby(gid, sort=False).cummin().to_numpy()
-                    out[f"mn{i}"] = np.where(np.isinf(mn) & (mn > 0), np.nan, mn)
-                if "max" in prims:
-                    mx = pd.Series(np.where(ok, x, -np.inf)).groupby(gid, sort=False).cummax().to_numpy()
-                    out[f"mx{i}"] = np.where(np.isinf(mx) & (mx < 0), np.nan, mx)
+                    sums[f"q{i}"] = z * z
+            if "min" in prims:
+                mins[f"mn{i}"] = np.where(ok, x, np.inf)
+            if "max" in prims:
+                maxs[f"mx{i}"] = np.where(ok, x, -np.inf)
             if "last" in prims:
                 out[f"l{i}"] = x
         else:
@@ -611,7 +605,7 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
                 cnt[order] = np.arange(n) - run_start + 1  # running count of the row's value
                 cnt[code < 0] = 0
                 if "num_unique" in prims:
-                    out[f"u{i}"] = _segment_cumsum((cnt == 1).astype(np.int64), start).astype(np.float64)
+                    sums[f"u{i}"] = (cnt == 1).astype(np.float64)
                 if "mode" in prims:
                     big = n + 1
                     best = np.maximum.accumulate(cnt + gid * big) - gid * big  # running max count per group
@@ -624,10 +618,17 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
                         np.full(n, None, dtype=object)
                     mode[mode_code < 0] = None
                     out[f"mo{i}"] = mode
+    for cols, how in ((sums, "cumsum"), (mins, "cummin"), (maxs, "cummax")):
+        if cols:  # exact per-group scans (nothing carries over from one group to the next)
+            scanned = getattr(pd.DataFrame(cols).groupby(gid, sort=False), how)()
+            for name in cols:
+                v = scanned[name].to_numpy()
+                out[name] = np.where(np.isinf(v), np.nan, v) if how != "cumsum" else v
     t = out["__t"]
     keep = np.ones(n, dtype=bool)
     keep[:-1] = (k[1:] != k[:-1]) | (t[1:] != t[:-1])
-    cols = {name: pa.array(v[keep], type=pa.string()) if v.dtype == object else pa.array(v[keep])
+    # from_pandas: NaN and NaT become SQL NULL, as the aggregates above expect
+    cols = {name: pa.array(v[keep], type=pa.string()) if v.dtype == object else pa.array(v[keep], from_pandas=True)
             for name, v in out.items()}
     cols["__pos"] = pa.array(np.arange(int(keep.sum()), dtype=np.int64))
     return pa.table(cols)
@@ -798,7 +799,7 @@ def _concat(a: EncodedTable, b: EncodedTable) -> EncodedTable:
                         a.categorical_names + b.categorical_names)
 
 
-def dfs(db: Database, task, splits: dict, depth: int = 2, primitives=PRIMITIVES,
+def dfs_features(db: Database, task, splits: dict, depth: int = 2, primitives=PRIMITIVES,
         progress: bool = True) -> dict[str, EncodedTable]:
     """Feature set ``dfs``: the seed row's own (known) columns plus DFS features up to ``depth`` hops."""
     table = db.schema.table(task.spec.entity_table)
