@@ -23,7 +23,8 @@ SCALERS = ("identity", "amplification", "attenuation")
 
 
 class PNAConv(nn.Module):
-    def __init__(self, etypes, hidden: int, aggregators=AGGREGATORS, scalers=SCALERS, delta: float = math.log(11)):
+    def __init__(self, etypes, hidden: int, aggregators=AGGREGATORS, scalers=SCALERS,
+                 delta: float = math.log(11)):
         super().__init__()
         for name, given, known in (("aggregator", aggregators, AGGREGATORS), ("scaler", scalers, SCALERS)):
             if not given or set(given) - set(known):
