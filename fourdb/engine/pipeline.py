@@ -6,6 +6,12 @@ Sampling and feature gathering are numpy/torch/DGL array work that releases the 
 with the model's forward and backward passes. Each job carries its own random seed, so the batches do
 not depend on the number of workers. An exception in a job is raised in the consumer; a consumer that
 stops early (``break``) stops the producers.
+
+Each producer thread runs its array operations on one core (``torch.set_num_threads(1)`` in that
+thread; the consumer keeps its own setting): the batches of one thread are small, and a second
+intra-op thread per producer only oversubscribes the cores the model is using, which on a busy
+machine makes every parallel operation wait for a descheduled thread. Parallelism comes from the
+number of producer threads instead.
 """
 from __future__ import annotations
 
@@ -15,7 +21,13 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator
 
+import torch
+
 _DONE = object()
+
+
+def _one_core() -> None:
+    torch.set_num_threads(1)
 
 
 class _Failure:
@@ -29,10 +41,14 @@ def prefetch(jobs: Iterable[Callable], workers: int = 1, depth: int = 4) -> Iter
             yield job()
         return
     depth = max(1, depth)
-    if workers == 1:
-        yield from _single(jobs, depth)
-    else:
-        yield from _pool(jobs, workers, max(depth, workers))
+    consumer_threads = torch.get_num_threads()  # fixes the consumer's own setting before producers start
+    try:
+        if workers == 1:
+            yield from _single(jobs, depth)
+        else:
+            yield from _pool(jobs, workers, max(depth, workers))
+    finally:
+        torch.set_num_threads(consumer_threads)
 
 
 def _single(jobs: Iterable[Callable], depth: int) -> Iterator:
@@ -49,6 +65,7 @@ def _single(jobs: Iterable[Callable], depth: int) -> Iterator:
         return False
 
     def produce():
+        _one_core()
         try:
             for job in jobs:
                 if stop.is_set() or not put(job()):
@@ -76,7 +93,7 @@ def _single(jobs: Iterable[Callable], depth: int) -> Iterator:
 def _pool(jobs: Iterable[Callable], workers: int, depth: int) -> Iterator:
     pending: deque = deque()
     it = iter(jobs)
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fourdb-sampler") as pool:
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fourdb-sampler", initializer=_one_core) as pool:
         try:
             for job in it:
                 pending.append(pool.submit(job))
