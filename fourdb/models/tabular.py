@@ -26,7 +26,7 @@ class TableSource:
         train = np.nan_to_num(data.features["train"].numeric.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
         mean, std = train.mean(0), train.std(0)
         std[std == 0] = 1.0
-        low, high = train.min(0, initial=0.0), train.max(0, initial=0.0)
+        low, high = train.min(0), train.max(0)
 
         def tensors(feats):
             num = np.nan_to_num(feats.numeric.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
