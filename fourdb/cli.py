@@ -22,12 +22,21 @@ def _hydra_run(argv: list[str]) -> None:
     def app(cfg: DictConfig) -> float | None:
         from fourdb.run import format_records, run_experiment
 
+        from fourdb.engine.ddp import in_torchrun
+        from fourdb.engine.launch import launch, needs_launch, quiet_other_ranks
+
         out_dir = HydraConfig.get().runtime.output_dir
-        try:
-            record = run_experiment(cfg, out_dir)
+        quiet_other_ranks()
+        try:  # trainer.nproc > 1: torchrun starts the ranks, rank 0 writes the record
+            record = launch(cfg, out_dir, list(HydraConfig.get().overrides.task)) if needs_launch(cfg) \
+                else run_experiment(cfg, out_dir)
         except FourdbError as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
+        if record is None:  # a rank other than 0 of a data-parallel run
+            return None
+        if in_torchrun():  # rank 0: the process that started torchrun prints the record
+            return record["metrics"]["val"][record["metric"]]
         log.info("run record: %s/record.json", out_dir)
         print(format_records([record]), flush=True)
         return record["metrics"]["val"][record["metric"]]

@@ -18,6 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from fourdb.datasets import load_dataset
+from fourdb.engine import ddp
 from fourdb.engine.config import EngineConfig
 from fourdb.engine.loader import GraphData
 from fourdb.engine.sampler import TemporalSampler
@@ -27,7 +28,7 @@ from fourdb.models import TaskInfo, create_model
 from fourdb.tasks import Task, load_task
 from fourdb.train.metrics import evaluate
 from fourdb.train.trainer import TrainerConfig
-from fourdb.utils import atomic_write_text, to_epoch_seconds
+from fourdb.utils import atomic_write_text, cache_root, stable_hash, to_epoch_seconds
 
 log = logging.getLogger("fourdb")
 RECORD_VERSION = 1
@@ -73,6 +74,13 @@ def graph_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> GraphData:
     )
 
 
+def shared_folder(cfg: DictConfig, out_dir) -> Path:
+    """Where the ranks of a run share its graph inputs: the run folder (a restarted group reuses them)."""
+    if out_dir is not None:
+        return Path(out_dir) / ".shared_graph"
+    return cache_root() / "shared_graph" / checkpoint_key(cfg)
+
+
 def table_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> TableData:
     params = {k: v for k, v in OmegaConf.to_container(cfg.features, resolve=True).items() if k != "name"}
     return TableData(build_table_features(cfg.features.name, db, task, splits, **params),
@@ -99,8 +107,24 @@ def environment() -> dict:
     }
 
 
-def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
+# trainer settings that do not change what a run computes (a checkpoint of one setting resumes the other)
+RESUMABLE_ACROSS = ("progress", "nproc", "backend", "max_restarts", "checkpoint_every")
+
+
+def checkpoint_key(cfg: DictConfig) -> str:
+    conf = OmegaConf.to_container(cfg, resolve=True)
+    for k in RESUMABLE_ACROSS:
+        (conf.get("trainer") or {}).pop(k, None)
+    return stable_hash(conf)
+
+
+def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict | None:
+    """The run record (written to ``out_dir/record.json``). Inside a torchrun worker every rank trains
+    and evaluates its share; rank 0 writes the record and the other ranks return None."""
     start = time.perf_counter()
+    ctx = ddp.init(cfg.trainer.get("backend", "auto"))
+    if ctx.distributed:  # every rank works in rank 0's folder
+        out_dir = ddp.broadcast(str(out_dir) if out_dir is not None else None)
     seed_everything(cfg.seed)
     dataset = cfg.dataset.name
     source = cfg.dataset.get("path") or dataset  # a database folder given by path, or a built-in name
@@ -109,16 +133,34 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
     splits = subsample(task, cfg.get("max_train_seeds"), cfg.get("max_eval_seeds"), cfg.seed)
     info = TaskInfo(task.spec.task_type, task.num_classes, task.spec.metric)
     model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
+    shared = None
     if model.input_kind == "graph":
-        data, inputs = graph_inputs(cfg, db, task, splits), {"graph": cfg.graph.kind, "sampler": dict(cfg.sampler),
-                                                          "engine": dict(cfg.engine) if cfg.get("engine") else None}
+        inputs = {"graph": cfg.graph.kind, "sampler": dict(cfg.sampler), "engine": dict(cfg.engine) if cfg.get("engine") else None}
+        if ctx.distributed:  # one copy of the graph per machine, mapped by every rank
+            data, shared = ddp.shared_inputs(lambda: graph_inputs(cfg, db, task, splits), shared_folder(cfg, out_dir), ctx)
+        else:
+            data = graph_inputs(cfg, db, task, splits)
     else:
         data, inputs = table_inputs(cfg, db, task, splits), {"features": cfg.features.name}
-    trainer_cfg = TrainerConfig(**OmegaConf.to_container(cfg.trainer, resolve=True))
+    trainer_cfg = TrainerConfig(**OmegaConf.to_container(cfg.trainer, resolve=True),
+                                checkpoint_dir=str(out_dir) if out_dir is not None else None,
+                                checkpoint_key=checkpoint_key(cfg))
     fit_start = time.perf_counter()
     model.fit(data, trainer_cfg)
     fit_seconds = time.perf_counter() - fit_start
-    metrics = {s: evaluate(task.spec.metrics, splits[s]["label"].to_numpy(), model.predict(data, s)) for s in SPLITS}
+    predictions = {s: model.predict(data, s) for s in SPLITS}  # every rank takes part (outputs are gathered)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if ctx.distributed:
+        peaks = ddp.all_gather(peak_mb)
+        ddp.barrier()  # all ranks are done with the shared graph
+        if ctx.main and shared is not None:
+            import shutil
+
+            shutil.rmtree(shared["folder"], ignore_errors=True)
+        ddp.shutdown()
+        if not ctx.main:
+            return None
+    metrics = {s: evaluate(task.spec.metrics, splits[s]["label"].to_numpy(), predictions[s]) for s in SPLITS}
     record = {
         "record_version": RECORD_VERSION,
         "dataset": dataset, "task": task.spec.name, "task_spec_hash": task.spec.spec_hash,
@@ -128,12 +170,16 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict:
         "num_seeds": {s: int(len(splits[s])) for s in SPLITS},
         "num_seeds_available": {s: int((task.frame["split"] == s).sum()) for s in SPLITS},
         "fit_seconds": fit_seconds, "wall_seconds": time.perf_counter() - start,
-        "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_memory_mb": peak_mb,
+        "nproc": ctx.world,
         "history": getattr(getattr(model, "trainer", None), "history", []),
         "engine": getattr(getattr(model, "source", None), "report", lambda: None)(),
         "config": OmegaConf.to_container(cfg, resolve=True),
         **environment(),
     }
+    if ctx.distributed:
+        record["distributed"] = {"world_size": ctx.world, "backend": ctx.backend, "peak_memory_mb_per_rank": peaks,
+                                 "shared_graph": shared, "restarts": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))}
     if out_dir is not None:
         atomic_write_text(Path(out_dir) / "record.json", json.dumps(record, indent=2, default=str))
     return record

@@ -89,6 +89,7 @@ class GraphSource:
         self._store = None
         self._module, self._device = None, None
         self.planned_epochs = None
+        self.rank, self.world = 0, 1  # data-parallel shard (fourdb/engine/ddp.py)
 
     # ------------------------------------------------------------------ data access
     def labels(self, split: str) -> np.ndarray:
@@ -97,11 +98,24 @@ class GraphSource:
     def num_train_batches(self) -> int:
         return -(-len(self.data.seeds["train"]) // self.batch_size)
 
+    def shard(self, rank: int, world: int) -> None:
+        """Make only rank ``rank``'s share of each batch, of ``world`` ranks (data-parallel training)."""
+        self.rank, self.world = rank, world
+
     def epoch_plan(self, rng: np.random.Generator) -> list[tuple[np.ndarray, int]]:
-        """Batches of one epoch: seed positions and a random seed each, drawn from ``rng`` up front."""
+        """Batches of one epoch: seed positions and a random seed each, drawn from ``rng`` up front.
+
+        A shard keeps its contiguous part of every global batch (one with fewer seeds than ranks is
+        left out on all of them) and samples it from a seed of its own.
+        """
+        from fourdb.engine.ddp import rank_seed, shard
+
         order = rng.permutation(len(self.data.seeds["train"]))
         chunks = [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]
         seeds = rng.integers(0, np.iinfo(np.int64).max, size=len(chunks))
+        if self.world > 1:
+            return [(shard(c, self.rank, self.world), rank_seed(int(s), self.rank))
+                    for c, s in zip(chunks, seeds) if len(c) >= self.world]
         return list(zip(chunks, (int(s) for s in seeds)))
 
     def sample(self, split: str, idx: np.ndarray, rng: np.random.Generator):
@@ -181,7 +195,8 @@ class GraphSource:
         # evaluation samples the same neighbourhoods every time: one fixed seed per batch
         seeds = np.random.default_rng(self.eval_seed).integers(0, np.iinfo(np.int64).max, size=len(starts))
         jobs = ((lambda a=a, s=int(s): self._batch(split, np.arange(a, min(n, a + self.batch_size)),
-                                                   np.random.default_rng(s))[0]) for a, s in zip(starts, seeds))
+                                                   np.random.default_rng(s))[0])
+                for k, (a, s) in enumerate(zip(starts, seeds)) if k % self.world == self.rank)  # a shard: its batches
         yield from prefetch(jobs, self.workers, self.engine.prefetch)
 
     def infer(self, module: torch.nn.Module, split: str, device) -> torch.Tensor | None:

@@ -124,8 +124,9 @@ class _Layout:
 
 
 def store_key(source, rng, epochs: int, hot_rows: int) -> str:
+    shard = [(source.rank, source.world)] if getattr(source, "world", 1) > 1 else []  # a data-parallel rank's own
     return stable_hash(fingerprint(source.data), source.sampler.config(), source.batch_size, epochs, hot_rows,
-                       rng_state_hash(rng), STORE_VERSION, length=24)
+                       rng_state_hash(rng), STORE_VERSION, *shard, length=24)
 
 
 def hot_budget_rows(source, cache_mb: float) -> int:

@@ -3,10 +3,18 @@
 A model hands the trainer a torch module and a data source; the source yields training batches
 ``(inputs, labels)`` and evaluation batches ``inputs`` per split. Test labels never reach the
 trainer: it only ever asks the source for training and validation labels.
+
+Inside a torchrun worker (``trainer.nproc > 1``, see fourdb/engine/ddp.py) the same loop trains data-
+parallel: the module is wrapped in ``DistributedDataParallel``, each rank trains on its shard of every
+global batch (a source with ``shard(rank, world)`` samples only its shard; any other source's batches
+are sliced), and evaluation outputs are gathered from all ranks. With ``checkpoint_every`` the trainer
+writes a checkpoint every that many steps and at each epoch's end, and resumes from the run folder's
+checkpoint when there is one (fourdb/train/checkpoint.py), with the same result as an unbroken run.
 """
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -16,7 +24,11 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from fourdb.engine import ddp
+from fourdb.train import checkpoint
 from fourdb.train.metrics import HIGHER_IS_BETTER, compute
+
+log = logging.getLogger("fourdb")
 
 
 @dataclass
@@ -29,6 +41,12 @@ class TrainerConfig:
     max_steps_per_epoch: int | None = None
     device: str = "auto"
     progress: bool = True
+    nproc: int | str = 1  # data-parallel processes started by torchrun; "auto": the cost model picks
+    backend: str = "auto"  # torch.distributed backend: gloo on CPU, nccl on GPU
+    checkpoint_every: int = 0  # steps between checkpoints (0: none); a run resumes from its folder's checkpoint
+    max_restarts: int = 0  # torchrun --max-restarts: restarts of the whole group after a rank fails
+    checkpoint_dir: str | None = None  # set by the runner: the run's output folder
+    checkpoint_key: str | None = None  # set by the runner: a hash of the run's config
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":
@@ -58,47 +76,103 @@ class Trainer:
         return (out.view(-1) * self.y_std + self.y_mean).cpu().numpy()
 
     def fit(self, module: torch.nn.Module, source) -> torch.nn.Module:
+        ctx = ddp.context()
+        if ctx.distributed and self.device.type == "cuda":
+            self.device = torch.device("cuda", ctx.local_rank)
         torch.manual_seed(self.seed)
         rng = np.random.default_rng(self.seed)
         if self.task_type == "regression":
             y = source.labels("train").astype(float)
             self.y_mean, self.y_std = float(y.mean()), float(y.std() or 1.0)
         module.to(self.device)
+        sharded = ctx.distributed and hasattr(source, "shard")
+        if sharded:  # the source samples only this rank's share of every batch
+            source.shard(ctx.rank, ctx.world)
         if hasattr(source, "prepare"):  # lets a data source profile the model before the first epoch
             source.prepare(module, self.device, epochs=self.cfg.epochs)
+        net = ddp.wrap(module, self.device) if ctx.distributed else module
         opt = torch.optim.AdamW(module.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
         higher = HIGHER_IS_BETTER[self.metric]
         best, best_state, bad_epochs = -math.inf, None, 0
+        first_epoch, skip, global_step, losses, finished, resume_rng = 0, 0, 0, [], False, None
+        saved = checkpoint.load(self.cfg.checkpoint_dir, self.cfg.checkpoint_key)
+        if saved is not None:
+            module.load_state_dict(saved["model"])
+            opt.load_state_dict(saved["optimizer"])
+            rng.bit_generator.state = saved["epoch_rng"]
+            first_epoch, skip, global_step = saved["epoch"], saved["step"], saved["global_step"]
+            losses, finished, self.history = list(saved["losses"]), saved["finished"], list(saved["history"])
+            best, best_state, bad_epochs = saved["best"], saved["best_state"], saved["bad_epochs"]
+            self.y_mean, self.y_std = saved["y_mean"], saved["y_std"]
+            states = saved["torch_rng"]
+            resume_rng = states[ctx.rank] if ctx.rank < len(states) else states[0]
+            log.info("resuming from %s: epoch %d, %d batch(es) done in it, step %d%s",
+                     checkpoint.path_in(self.cfg.checkpoint_dir), first_epoch + 1, skip, global_step,
+                     " (training had finished)" if finished else "")
         y_val = source.labels("val")
-        for epoch in range(self.cfg.epochs):
-            module.train()
-            start, losses = time.perf_counter(), []
+
+        def save(epoch: int, step: int, epoch_rng: dict, done: bool = False) -> None:
+            states = ddp.all_gather(_rng_state(self.device))  # every rank's, for dropout after a resume
+            if ctx.main:
+                checkpoint.save(self.cfg.checkpoint_dir, {
+                    "key": self.cfg.checkpoint_key, "model": module.state_dict(), "optimizer": opt.state_dict(),
+                    "epoch": epoch, "step": step, "global_step": global_step, "epoch_rng": epoch_rng,
+                    "torch_rng": states, "losses": list(losses), "finished": done, "history": self.history,
+                    "best": best, "best_state": best_state, "bad_epochs": bad_epochs, "world": ctx.world,
+                    "y_mean": self.y_mean, "y_std": self.y_std})
+
+        every = self.cfg.checkpoint_every if self.cfg.checkpoint_dir else 0
+        for epoch in range(first_epoch, 0 if finished else self.cfg.epochs):
+            net.train()
+            epoch_rng = copy.deepcopy(rng.bit_generator.state)  # the epoch's plan is drawn from it up front
+            start = time.perf_counter()
             steps = source.num_train_batches()
             if self.cfg.max_steps_per_epoch:
                 steps = min(steps, self.cfg.max_steps_per_epoch)
-            bar = tqdm(total=steps, desc=f"epoch {epoch + 1}/{self.cfg.epochs}", leave=False,
-                       disable=not self.cfg.progress)
+            bar = tqdm(total=steps, initial=skip, desc=f"epoch {epoch + 1}/{self.cfg.epochs}", leave=False,
+                       disable=not self.cfg.progress or not ctx.main)
             for step, (inputs, y) in enumerate(source.train_batches(rng)):
                 if step >= steps:
                     break
+                if step < skip:  # done before the checkpoint this run resumed from
+                    continue
+                if resume_rng is not None:
+                    _set_rng_state(resume_rng, self.device)
+                    resume_rng = None
+                if ctx.distributed and not sharded:
+                    if len(y) < ctx.world:  # every rank sees the same global batch, so all skip it
+                        continue
+                    inputs, y = ddp.shard_batch(inputs, y, ctx.rank, ctx.world)
                 opt.zero_grad()
-                loss = self._loss(module(*_to(inputs, self.device)), y.to(self.device))
-                loss.backward()
+                loss = self._loss(net(*_to(inputs, self.device)), y.to(self.device))
+                if ctx.distributed:  # DDP averages over ranks: weight by this shard's share of the global batch
+                    (loss * (len(y) * ctx.world / ddp.all_sum(len(y), self.device))).backward()
+                else:
+                    loss.backward()
                 opt.step()
                 losses.append(loss.item())
+                global_step += 1
                 bar.update(1)
                 bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
+                if every and global_step % every == 0:
+                    save(epoch, step + 1, epoch_rng)
+                ddp.maybe_kill(global_step, ctx, self.cfg.checkpoint_dir)
             bar.close()
+            skip = 0
             val_score = compute(self.metric, y_val, self.predict(module, source, "val"))
             self.history.append({"epoch": epoch + 1, "loss": float(np.mean(losses)) if losses else float("nan"),
                                  f"val_{self.metric}": val_score, "seconds": time.perf_counter() - start})
+            losses = []
             signed = val_score if higher else -val_score
             if signed > best:
                 best, best_state, bad_epochs = signed, copy.deepcopy(module.state_dict()), 0
             else:
                 bad_epochs += 1
-                if bad_epochs >= self.cfg.patience:
-                    break
+            stop = bad_epochs >= self.cfg.patience
+            if every:
+                save(epoch + 1, 0, copy.deepcopy(rng.bit_generator.state), done=stop or epoch + 1 == self.cfg.epochs)
+            if stop:
+                break
         if best_state is not None:
             module.load_state_dict(best_state)
         return module
@@ -108,12 +182,34 @@ class Trainer:
         module.eval()
         module.to(self.device)
         out = source.infer(module, split, self.device) if hasattr(source, "infer") else None
+        ctx = ddp.context()
         if out is not None:  # the source computed all outputs at once (layer-wise inference)
             scores = self._scores(out)
-        else:
+        elif not ctx.distributed:
             scores = np.concatenate([self._scores(module(*_to(inputs, self.device))) for inputs in source.batches(split)])
+        else:  # rank r predicts batches r, r + world, ...; every rank gets all of them back, in order
+            if getattr(source, "world", 1) == ctx.world:
+                own = source.batches(split)  # a sharded source yields only this rank's batches
+            else:
+                own = (b for k, b in enumerate(source.batches(split)) if k % ctx.world == ctx.rank)
+            parts = ddp.all_gather([self._scores(module(*_to(inputs, self.device))) for inputs in own])
+            count = sum(len(p) for p in parts)
+            scores = np.concatenate([parts[k % ctx.world][k // ctx.world] for k in range(count)])
         module.train()
         return scores
+
+
+def _rng_state(device) -> dict:
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_rng_state(state: dict, device) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 def _to(inputs, device):
