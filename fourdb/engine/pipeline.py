@@ -8,13 +8,15 @@ not depend on the number of workers. An exception in a job is raised in the cons
 stops early (``break``) stops the producers.
 
 Each producer thread runs its array operations on one core (``torch.set_num_threads(1)`` in that
-thread; the consumer keeps its own setting): the batches of one thread are small, and a second
+thread), and the consumer keeps the cores they leave (``cpu_count - workers`` intra-op threads at
+most, its own setting restored afterwards): the batches of one thread are small, and a second
 intra-op thread per producer only oversubscribes the cores the model is using, which on a busy
 machine makes every parallel operation wait for a descheduled thread. Parallelism comes from the
 number of producer threads instead.
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections import deque
@@ -42,6 +44,9 @@ def prefetch(jobs: Iterable[Callable], workers: int = 1, depth: int = 4) -> Iter
         return
     depth = max(1, depth)
     consumer_threads = torch.get_num_threads()  # fixes the consumer's own setting before producers start
+    # the consumer (the model) keeps the cores the producers leave: oversubscribed intra-op threads
+    # wait on each other at every parallel operation
+    torch.set_num_threads(max(1, min(consumer_threads, (os.cpu_count() or 1) - workers)))
     try:
         if workers == 1:
             yield from _single(jobs, depth)
