@@ -7,6 +7,7 @@ import os
 import platform
 import random
 import resource
+import shutil
 import subprocess
 import time
 from importlib import metadata
@@ -21,6 +22,7 @@ from fourdb.datasets import load_dataset
 from fourdb.engine import ddp
 from fourdb.engine.config import EngineConfig
 from fourdb.engine.loader import GraphData
+from fourdb.engine.parallel import PLAN_ENV
 from fourdb.engine.sampler import TemporalSampler
 from fourdb.features import TableData, build_table_features
 from fourdb.graph import build_graph
@@ -136,7 +138,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     shared = None
     if model.input_kind == "graph":
         inputs = {"graph": cfg.graph.kind, "sampler": dict(cfg.sampler), "engine": dict(cfg.engine) if cfg.get("engine") else None}
-        if ctx.distributed:  # one copy of the graph per machine, mapped by every rank
+        if ctx.distributed or ddp.shared_manifest(shared_folder(cfg, out_dir)):  # one copy per machine, mapped
             data, shared = ddp.shared_inputs(lambda: graph_inputs(cfg, db, task, splits), shared_folder(cfg, out_dir), ctx)
         else:
             data = graph_inputs(cfg, db, task, splits)
@@ -150,13 +152,11 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     fit_seconds = time.perf_counter() - fit_start
     predictions = {s: model.predict(data, s) for s in SPLITS}  # every rank takes part (outputs are gathered)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peaks = ddp.all_gather(peak_mb)
+    ddp.barrier()  # all ranks are done with the shared graph
+    if ctx.main and shared is not None:
+        shutil.rmtree(shared["folder"], ignore_errors=True)
     if ctx.distributed:
-        peaks = ddp.all_gather(peak_mb)
-        ddp.barrier()  # all ranks are done with the shared graph
-        if ctx.main and shared is not None:
-            import shutil
-
-            shutil.rmtree(shared["folder"], ignore_errors=True)
         ddp.shutdown()
         if not ctx.main:
             return None
@@ -180,6 +180,13 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     if ctx.distributed:
         record["distributed"] = {"world_size": ctx.world, "backend": ctx.backend, "peak_memory_mb_per_rank": peaks,
                                  "shared_graph": shared, "restarts": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))}
+    if os.environ.get(PLAN_ENV):  # trainer.nproc=auto: the cost model's prediction beside the measured epochs
+        plan = json.loads(os.environ[PLAN_ENV])
+        measured = (record["engine"] or {}).get("epoch_seconds") or [h["seconds"] for h in record["history"]]
+        record["parallel_auto"] = {**plan, "measured_epoch_s": measured}
+        log.info("parallel auto: %d rank(s), predicted epoch %.2f s; measured %s", ctx.world,
+                 plan["predicted_epoch_s"].get(str(ctx.world), plan["predicted_epoch_s"].get(ctx.world, float("nan"))),
+                 ", ".join(f"{s:.2f} s" for s in measured))
     if out_dir is not None:
         atomic_write_text(Path(out_dir) / "record.json", json.dumps(record, indent=2, default=str))
     return record

@@ -9,6 +9,7 @@ this process reads it back and prints it like any run (a sweep's summary and Opt
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -72,15 +73,14 @@ def torchrun_command(overrides: list[str], out_dir: str, nproc: int, max_restart
 
 def launch(cfg: DictConfig, out_dir: str, overrides: list[str]) -> dict:
     """Train on ``trainer.nproc`` processes under torchrun; return the run record rank 0 wrote."""
-    import json
-
-    n, extra = requested_nproc(cfg), []
+    n, extra, env = requested_nproc(cfg), [], dict(os.environ)
     if n == "auto":
-        from fourdb.engine.parallel import recommend
+        from fourdb.engine.parallel import PLAN_ENV, recommend
 
         plan = recommend(cfg, out_dir)
         n = plan.nproc
         extra = [f"engine.workers={plan.workers}"] if cfg.get("engine") is not None else []
+        env[PLAN_ENV] = json.dumps(plan.to_dict())  # rank 0 puts it in the run record
         if n == 1:
             from fourdb.run import run_experiment
 
@@ -89,10 +89,13 @@ def launch(cfg: DictConfig, out_dir: str, overrides: list[str]) -> dict:
             cfg.trainer.nproc = 1
             if extra:
                 cfg.engine.workers = plan.workers
-            return run_experiment(cfg, out_dir)
+            os.environ[PLAN_ENV] = env[PLAN_ENV]
+            try:
+                return run_experiment(cfg, out_dir)
+            finally:
+                os.environ.pop(PLAN_ENV, None)
     max_restarts = int(cfg.trainer.get("max_restarts", 0) or 0)
     cmd = torchrun_command(overrides, out_dir, n, max_restarts, extra)
-    env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // n)))
     env.setdefault("DGLBACKEND", "pytorch")
     log.info("starting %d ranks with torchrun (max restarts %d) in %s", n, max_restarts, out_dir)
