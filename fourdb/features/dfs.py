@@ -51,6 +51,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fourdb.errors import FourdbError
 from fourdb.features.columns import MAX_CATEGORIES, EncodedTable, TableEncoder
@@ -219,7 +220,7 @@ class _Compiler:
         self.n = 0
         self.bases: dict[str, str] = {}
         self.relations: dict[tuple[str, str], tuple[str, int]] = {}
-        self.runs: dict[tuple, str] = {}
+        self.statics: dict[str, str] = {}  # child node -> relation of its rows' own features
         self.safe: dict[tuple[str, str], bool] = {}
         self.frames: dict[str, pa.Table] = {}  # running-state tables registered with DuckDB
         self.fetched: dict[str, pa.Table] = {}  # seed-level results, gathered at the end
@@ -418,31 +419,30 @@ class _Compiler:
 
     def running_aggregate(self, ag: Agg, q: str) -> tuple[str, list[str]]:
         """Prefix aggregates of the child's rows per parent in time order (one sort, then vectorized
-        scans), and an ASOF join that picks for each (parent, cutoff) the state after its last row."""
+        scans), and an ASOF join that picks for each (parent, cutoff) the state after its last row.
+        Only the children of parents in ``q`` are scanned."""
         child = self.schema.table(ag.child)
         need = self._inputs(ag)
-        memo = (ag.child, ag.fk, ag.node.key)
-        if memo not in self.runs:
-            bc = self.bases[child.name]
-            fkc = self.fk(child, ag.fk)
-            cols = [f"c.{fkc} AS k", "c.__t", "c.__time"]
-            src = f"{bc} c"
-            if need:
+        bc = self.bases[child.name]
+        fkc = self.fk(child, ag.fk)
+        cols = [f"c.{fkc} AS k", "c.__t", "c.__time"]
+        src = f"{bc} c"
+        if need:
+            if ag.node.key not in self.statics:  # the child's own features, once per row
                 qs = self.query(f"rows {child.name}", f"SELECT __rid AS k, {T_MAX} AS cutoff FROM {bc}")
-                rs, _ = self.relation(ag.node, qs)
-                src += f" JOIN {rs} r ON r.k = c.__rid"
-                cols += [f"r.c{i} AS x{i}" for i in need]
-            sql = f"SELECT {', '.join(cols)} FROM {src} WHERE c.{fkc} IS NOT NULL ORDER BY k, c.__ord"
-            run = self.new("run")
-            dtypes = {i: ag.node.features[i].dtype for i in need}
+                self.statics[ag.node.key] = self.relation(ag.node, qs)[0]
+            src += f" JOIN {self.statics[ag.node.key]} r ON r.k = c.__rid"
+            cols += [f"r.c{i} AS x{i}" for i in need]
+        sql = (f"SELECT {', '.join(cols)} FROM {src} WHERE c.{fkc} IN (SELECT DISTINCT k FROM {q}) "
+               f"ORDER BY k, c.__ord")
+        run = self.new("run")
+        dtypes = {i: ag.node.features[i].dtype for i in need}
 
-            def scan(con, sql=sql, run=run, need=need, dtypes=dtypes):
-                self.frames[run] = _prefix_scan(_arrow(con, sql), need, dtypes)
-                con.register(run, self.frames[run])
+        def scan(con, sql=sql, run=run, need=need, dtypes=dtypes):
+            self.frames[run] = _prefix_scan(_arrow(con, sql), need, dtypes)
+            con.register(run, self.frames[run])
 
-            self.emit(f"running {ag.label} per {ag.fk}", scan, uses=set(_TEMP.findall(sql)))
-            self.runs[memo] = run
-        run = self.runs[memo]
+        self.emit(f"running {ag.label} per {ag.fk}", scan, uses=set(_TEMP.findall(sql)))
         exprs = [self._running_expr(p, i) for p, i in ag.outputs]
         # the ASOF join matches on keys only; the state columns come by row position
         return (f"WITH m AS (SELECT q.qid, q.k, q.cutoff, r.__pos FROM {q} q ASOF LEFT JOIN "
@@ -591,11 +591,10 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
             if "last" in prims:
                 out[f"l{i}"] = x
         else:
-            values = _numpy(df, f"x{i}")
+            code, uniques = _codes(df.column(f"x{i}"))
             if "last" in prims:
-                out[f"l{i}"] = values
+                out[f"l{i}"] = _Categories(code, uniques)
             if prims & {"mode", "num_unique"}:
-                code, uniques = pd.factorize(values, use_na_sentinel=True)
                 order = np.lexsort((idx, code, gid))
                 sg, sc = gid[order], code[order]
                 new = np.ones(n, dtype=bool)
@@ -612,26 +611,45 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
                     prev = np.where(idx > start, np.r_[0, best[:-1]], 0)
                     record = cnt > prev  # this value's count beats every earlier count: it leads now
                     last_rec = np.maximum.accumulate(np.where(record, idx, -1))
-                    valid = last_rec >= start
-                    mode_code = np.where(valid, code[np.maximum(last_rec, 0)], -1)
-                    mode = np.asarray(uniques, dtype=object)[np.maximum(mode_code, 0)] if len(uniques) else \
-                        np.full(n, None, dtype=object)
-                    mode[mode_code < 0] = None
-                    out[f"mo{i}"] = mode
+                    mode_code = np.where(last_rec >= start, code[np.maximum(last_rec, 0)], -1)
+                    out[f"mo{i}"] = _Categories(mode_code, uniques)
     for cols, how in ((sums, "cumsum"), (mins, "cummin"), (maxs, "cummax")):
-        if cols:  # exact per-group scans (nothing carries over from one group to the next)
-            scanned = getattr(pd.DataFrame(cols).groupby(gid, sort=False), how)()
-            for name in cols:
-                v = scanned[name].to_numpy()
+        if cols:  # exact per-group scans (nothing carries over from one group to the next), one 2-D pass
+            matrix = np.empty((n, len(cols)))
+            for j, v in enumerate(cols.values()):
+                matrix[:, j] = v
+            scanned = getattr(pd.DataFrame(matrix, copy=False).groupby(gid, sort=False), how)().to_numpy()
+            for j, name in enumerate(cols):
+                v = scanned[:, j]
                 out[name] = np.where(np.isinf(v), np.nan, v) if how != "cumsum" else v
     t = out["__t"]
     keep = np.ones(n, dtype=bool)
     keep[:-1] = (k[1:] != k[:-1]) | (t[1:] != t[:-1])
     # from_pandas: NaN and NaT become SQL NULL, as the aggregates above expect
-    cols = {name: pa.array(v[keep], type=pa.string()) if v.dtype == object else pa.array(v[keep], from_pandas=True)
+    cols = {name: v.take(keep) if isinstance(v, _Categories) else pa.array(v[keep], from_pandas=True)
             for name, v in out.items()}
     cols["__pos"] = pa.array(np.arange(int(keep.sum()), dtype=np.int64))
     return pa.table(cols)
+
+
+class _Categories:
+    """Category values as codes into a dictionary (-1: missing), kept as codes until they go to Arrow."""
+
+    def __init__(self, code: np.ndarray, uniques: pa.Array):
+        self.code, self.uniques = code, uniques
+
+    def take(self, keep: np.ndarray) -> pa.Array:
+        code = self.code[keep]
+        return pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32), mask=code < 0), self.uniques)
+
+
+def _codes(column) -> tuple[np.ndarray, pa.Array]:
+    """Codes (-1: missing) and dictionary of a string column."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not pa.types.is_dictionary(arr.type):
+        arr = pc.dictionary_encode(arr)
+    code = pc.fill_null(arr.indices.cast(pa.int64()), -1).to_numpy(zero_copy_only=False)
+    return code, arr.dictionary
 
 
 def _tables_of(node: Node, out: set[str]) -> set[str]:
