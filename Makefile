@@ -28,5 +28,16 @@ bench: bench-engine
 bench-engine: $(STAMP)
 	cd benchmarks && for s in $(ENGINE_BENCH); do DGLBACKEND=pytorch ../$(BIN)/python $$s || exit 1; done
 
+# DFS against featuretools 1.31, which needs pandas<2.2 and numpy<2: it gets its own environment.
+FT_VENV := .venv-bench-ft
+.PHONY: bench-dfs
+$(FT_VENV)/.installed:
+	$(PY) -m venv $(FT_VENV)
+	$(FT_VENV)/bin/pip install -q "featuretools==1.31.0" "pandas<2.2" "numpy<2" "pyarrow<19" psutil
+	touch $@
+
+bench-dfs: $(STAMP) $(FT_VENV)/.installed
+	$(BIN)/python benchmarks/dfs_vs_featuretools.py
+
 clean:
 	rm -rf $(VENV) outputs multirun .fourdb_cache
