@@ -13,11 +13,11 @@ The module exposes its parts (``fourdb.models.gnn.HeteroGNN`` does): ``encode(fe
 """
 from __future__ import annotations
 
-import dgl
 import numpy as np
 import torch
 
 from fourdb.engine.loader import GraphData, input_rows, relative_time, row_features
+from fourdb.engine.sampler import make_block
 
 
 def layer_api(module):
@@ -112,8 +112,7 @@ def _one_cutoff(module, data: GraphData, arr: _GraphArrays, seeds: np.ndarray, c
         for et, (src, dst, _) in arr.edges.items():
             sel = masks[et] & (real[et[2]][dst] >= l)
             rel[et] = (torch.from_numpy(pos[et[0]][src[sel]]), torch.from_numpy(pos[et[2]][dst[sel]]))
-        block = dgl.create_block(rel, num_src_nodes={t: count[t][l - 1] for t in arr.ntypes},
-                                 num_dst_nodes={t: count[t][l] for t in arr.ntypes}).to(device)
+        block = make_block(rel, {t: count[t][l - 1] for t in arr.ntypes}, {t: count[t][l] for t in arr.ntypes}, device)
         h = layer(l - 1, block, h)
     return readout(h, len(seeds))
 
@@ -157,7 +156,7 @@ def full_graph_forward(module, data: GraphData, split: str, device="cpu") -> tor
         rel = {et: (torch.from_numpy(pos[et[0]][src[masks[et]]]), torch.from_numpy(pos[et[2]][dst[masks[et]]]))
                for et, (src, dst, _) in arr.edges.items()}
         n = {x: int(v) for x, v in arr.num_nodes.items()}
-        block = dgl.create_block(rel, num_src_nodes=n, num_dst_nodes=n).to(device)
+        block = make_block(rel, n, n, device)
         feats = {x: _features(data, x, order[x], int(t), len(s) if x == st else 0, device) for x in arr.ntypes}
         y = module([block] * L, feats)[: len(s)]
         if out is None:

@@ -27,16 +27,19 @@ WIDE = 8  # uniform draws over prefixes up to WIDE * fanout long sort random key
 
 
 @dataclass
-class EdgeIndex:
-    """In-edges of one edge type, grouped by destination and sorted by (destination, time)."""
+class TypeIndex:
+    """In-edges of one node type over all its edge types, in one array: grouped by (edge type slot,
+    destination) and sorted by time within a group, so one searchsorted answers every edge type."""
 
-    indptr: torch.Tensor  # [num_dst + 1]
+    etypes: list  # canonical edge types into this type; slot j covers keys [j * num, (j + 1) * num)
+    num: int  # nodes of this type
+    indptr: torch.Tensor  # [k * num + 1]
     src: torch.Tensor  # source node of each sorted edge
-    eid: torch.Tensor  # original edge id (for edge features)
-    key: torch.Tensor  # dst * span + time rank: globally sorted, one searchsorted answers all pairs
+    eid: torch.Tensor  # original edge id within its edge type (for edge features)
+    key: torch.Tensor  # (slot * num + dst) * span + time code: globally sorted
 
-    def to(self, device) -> "EdgeIndex":
-        return EdgeIndex(*(t.to(device) for t in (self.indptr, self.src, self.eid, self.key)))
+    def to(self, device) -> "TypeIndex":
+        return TypeIndex(self.etypes, self.num, *(t.to(device) for t in (self.indptr, self.src, self.eid, self.key)))
 
 
 class TimeCoder:
@@ -58,19 +61,54 @@ def build_edge_index(graph: RelGraph) -> tuple[dict, TimeCoder]:
     etypes = graph.canonical_etypes
     raw = {et: graph.edges(et) for et in etypes}
     coder = TimeCoder([raw[et][2] for et in etypes])
-    index = {}
+    by_dst: dict[str, list] = {}
     for et in etypes:
-        src, dst, t = raw[et]
-        num_dst = graph.g.num_nodes(et[2])
-        if num_dst * coder.span >= np.iinfo(np.int64).max // 2:
-            raise OverflowError(f"time span too long to pack for edge type {et}")
-        key = dst.astype(np.int64) * coder.span + coder.code(t)
+        by_dst.setdefault(et[2], []).append(et)
+    index = {}
+    for ntype, ets in by_dst.items():
+        num = graph.g.num_nodes(ntype)
+        if max(1, len(ets) * num) * coder.span >= np.iinfo(np.int64).max // 2:
+            raise OverflowError(f"time span too long to pack for the edges into {ntype}")
+        slots = [(j * num + raw[et][1].astype(np.int64)) for j, et in enumerate(ets)]
+        slot_key = np.concatenate(slots) if slots else np.zeros(0, np.int64)
+        key = slot_key * coder.span + np.concatenate([coder.code(raw[et][2]) for et in ets])
         order = np.argsort(key, kind="stable")
-        indptr = np.zeros(num_dst + 1, dtype=np.int64)
-        np.cumsum(np.bincount(dst, minlength=num_dst), out=indptr[1:])
-        index[et] = EdgeIndex(*(torch.from_numpy(np.ascontiguousarray(a)) for a in
-                                (indptr, src[order].astype(np.int64), order.astype(np.int64), key[order])))
+        indptr = np.zeros(len(ets) * num + 1, dtype=np.int64)
+        np.cumsum(np.bincount(slot_key, minlength=len(ets) * num), out=indptr[1:])
+        src = np.concatenate([raw[et][0].astype(np.int64) for et in ets])
+        eid = np.concatenate([np.arange(len(raw[et][0]), dtype=np.int64) for et in ets])
+        index[ntype] = TypeIndex(ets, num, *(torch.from_numpy(np.ascontiguousarray(x)) for x in
+                                             (indptr, src[order], eid[order], key[order])))
     return index, coder
+
+
+def make_block(edges: dict, num_src: dict, num_dst: dict, device=None):
+    """``dgl.create_block`` for edges whose ids are known valid, without its per-relation DGLGraph.
+
+    ``dgl.create_block`` validates every edge list (a max over it) and builds a whole DGLGraph per
+    edge type only to take its index; for a batch's blocks that costs as much as sampling them. This
+    builds the same block from the same DGL index functions. Falls back to ``dgl.create_block`` where
+    those internals differ.
+    """
+    try:
+        from dgl import graph_index, heterograph_index, utils
+        from dgl.heterograph import DGLBlock
+
+        srctypes, dsttypes = sorted(num_src), sorted(num_dst)
+        src_id = {t: i for i, t in enumerate(srctypes)}
+        dst_id = {t: i + len(srctypes) for i, t in enumerate(dsttypes)}
+        relations = sorted(edges)
+        rel = [heterograph_index.create_unitgraph_from_coo(
+            2, int(num_src[s]), int(num_dst[d]), edges[(s, e, d)][0].contiguous(), edges[(s, e, d)][1].contiguous(),
+            ["coo", "csr", "csc"]) for s, e, d in relations]
+        metagraph = graph_index.from_coo(len(srctypes) + len(dsttypes), [src_id[r[0]] for r in relations],
+                                         [dst_id[r[2]] for r in relations], True)
+        counts = utils.toindex([int(num_src[t]) for t in srctypes] + [int(num_dst[t]) for t in dsttypes], "int64")
+        block = DGLBlock(heterograph_index.create_heterograph_from_relations(metagraph, rel, counts),
+                         (srctypes, dsttypes), [r[1] for r in relations])
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover - another DGL version
+        return dgl.create_block(edges, num_src_nodes=num_src, num_dst_nodes=num_dst, device=device)
+    return block if device is None else block.to(device)
 
 
 @dataclass
@@ -102,10 +140,7 @@ class TemporalSampler:
         if _index is None:
             _index = build_edge_index(graph)
         index, self.coder = _index
-        self.index = {et: ix.to(self.device) for et, ix in index.items()}
-        self.by_dst: dict[str, list] = {}
-        for et in graph.canonical_etypes:
-            self.by_dst.setdefault(et[2], []).append(et)
+        self.index = {t: ix.to(self.device) for t, ix in index.items()}
 
     def config(self) -> dict:
         return {"fanouts": self.fanouts, "strategy": self.strategy}
@@ -191,39 +226,55 @@ class TemporalSampler:
         blocks = []
         for fanout in reversed(self.fanouts):
             src_keys = {t: [k] for t, k in frontier.items()}
-            edges = {}
+            by_src: dict[str, list] = {}  # source type -> [(etype, neighbour pair keys, dst rows)]
             for dst_type, dst_keys in frontier.items():
+                ix = self.index.get(dst_type)
+                if ix is None:
+                    continue
+                n, k = len(dst_keys), len(ix.etypes)
+                for et in ix.etypes:
+                    src_keys.setdefault(et[0], [])
+                if n == 0:
+                    for et in ix.etypes:
+                        by_src.setdefault(et[0], []).append((et, empty, empty))
+                    continue
                 nodes, ranks = dst_keys // n_cut, dst_keys % n_cut
-                for et in self.by_dst.get(dst_type, []):
-                    ix = self.index[et]
-                    lo = ix.indptr[nodes]
-                    hi = torch.searchsorted(ix.key, nodes * span + cut_codes[ranks], right=True)
-                    counts = torch.clamp(hi - lo, min=0)
-                    if (et in hidden_etypes or et[1] in hidden_etypes) and dst_type == seed_type:
-                        counts[: len(seeds)] = 0
-                    rows, offsets = self._draw(counts, fanout, rng)
-                    nbr = ix.src[lo[rows] + offsets]
-                    edges[et] = (nbr * n_cut + ranks[rows], rows)
-                    src_keys.setdefault(et[0], []).append(edges[et][0])
+                # every (edge type, pair) at once: slot j of pair i is query j * n + i
+                q = (torch.arange(k, device=dev)[:, None] * ix.num + nodes[None, :]).reshape(-1)
+                lo = ix.indptr[q]
+                hi = torch.searchsorted(ix.key, q * span + cut_codes[ranks].repeat(k), right=True)
+                counts = torch.clamp(hi - lo, min=0)
+                if dst_type == seed_type and hidden_etypes:
+                    for j, et in enumerate(ix.etypes):
+                        if et in hidden_etypes or et[1] in hidden_etypes:
+                            counts[j * n: j * n + len(seeds)] = 0
+                rows, offsets = self._draw(counts, fanout, rng)
+                nbr = ix.src[lo[rows] + offsets]
+                dst_rows = rows % n
+                pairs = nbr * n_cut + ranks[dst_rows]
+                sizes = torch.bincount(rows // n, minlength=k).tolist()  # rows ascend: grouped by slot
+                for et, p, d in zip(ix.etypes, torch.split(pairs, sizes), torch.split(dst_rows, sizes)):
+                    by_src.setdefault(et[0], []).append((et, p, d))
+                    src_keys[et[0]].append(p)
             src_unique = {}
             for t, parts in src_keys.items():
                 dst_part = frontier.get(t, empty)
                 rest = parts[1:] if t in frontier else parts
                 rest = torch.unique(torch.cat(rest)) if rest else empty
-                if len(dst_part):
+                if len(dst_part) and len(rest):
                     rest = rest[~torch.isin(rest, dst_part)]
                 src_unique[t] = torch.cat([dst_part, rest])
-            lookup = {t: torch.sort(k, stable=True) for t, k in src_unique.items()}
             block_edges = {}
-            for et, (nbr_keys, dst_rows) in edges.items():
-                sorted_keys, order = lookup[et[0]]
-                block_edges[et] = (order[torch.searchsorted(sorted_keys, nbr_keys)], dst_rows)
+            for t, items in by_src.items():  # local ids: one searchsorted per source type
+                sorted_keys, order = torch.sort(src_unique[t], stable=True)
+                local = order[torch.searchsorted(sorted_keys, torch.cat([p for _, p, _ in items]))]
+                for (et, _, d), loc in zip(items, torch.split(local, [len(p) for _, p, _ in items])):
+                    block_edges[et] = (loc, d)
             num_src = {t: len(src_unique.get(t, ())) for t in self.graph.ntypes}
             num_dst = {t: len(frontier.get(t, ())) for t in self.graph.ntypes}
             for et in self.graph.canonical_etypes:
                 block_edges.setdefault(et, (empty, empty))
-            blocks.insert(0, dgl.create_block(block_edges, num_src_nodes=num_src, num_dst_nodes=num_dst,
-                                              device=dev))
+            blocks.insert(0, make_block(block_edges, num_src, num_dst, dev))
             frontier = src_unique
         input_nodes = {t: k // n_cut for t, k in frontier.items()}
         input_cutoffs = {t: cut_values[k % n_cut] for t, k in frontier.items()}

@@ -30,13 +30,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import dgl
 import numpy as np
 import torch
 from filelock import FileLock
 
 from fourdb.engine.loader import input_rows, relative_time, row_features
 from fourdb.engine.pipeline import prefetch
+from fourdb.engine.sampler import make_block
 from fourdb.utils import atomic_write_text, cache_root, stable_hash
 
 STORE_VERSION = 1
@@ -245,8 +245,8 @@ class BatchStore:
                 c = int(counts[i])
                 rel[et] = (torch.from_numpy(edges[0, pos:pos + c]), torch.from_numpy(edges[1, pos:pos + c]))
                 pos += c
-            blocks.append(dgl.create_block(rel, num_src_nodes=dict(zip(lay.ntypes, num_src.tolist())),
-                                           num_dst_nodes=dict(zip(lay.ntypes, num_dst.tolist()))))
+            blocks.append(make_block(rel, dict(zip(lay.ntypes, num_src.tolist())),
+                                     dict(zip(lay.ntypes, num_dst.tolist()))))
         _, n_in, _ = lay.counts(meta, 0)
         present = lay.present(meta)
         feats, r = {}, e["row_off"][b]
@@ -303,8 +303,7 @@ def replay_seconds(source, batches: list) -> float:
                 c = int(counts[i])
                 rel[et] = (torch.from_numpy(e[0, pos:pos + c]), torch.from_numpy(e[1, pos:pos + c]))
                 pos += c
-            dgl.create_block(rel, num_src_nodes=dict(zip(lay.ntypes, num_src.tolist())),
-                             num_dst_nodes=dict(zip(lay.ntypes, num_dst.tolist())))
+            make_block(rel, dict(zip(lay.ntypes, num_src.tolist())), dict(zip(lay.ntypes, num_dst.tolist())))
         for num, cat, rel_t in feats.values():
             torch.cat([torch.from_numpy(np.array(num)), torch.from_numpy(np.array(rel_t))], 1)
             torch.from_numpy(np.array(cat))
