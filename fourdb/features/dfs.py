@@ -438,16 +438,20 @@ class _Compiler:
         run = self.new("run")
         dtypes = {i: ag.node.features[i].dtype for i in need}
 
-        def scan(con, sql=sql, run=run, need=need, dtypes=dtypes):
-            self.frames[run] = _prefix_scan(_arrow(con, sql), need, dtypes)
+        def scan(con, sql=sql, run=run, need=need, dtypes=dtypes, q=q):
+            rows = _arrow(con, sql)
+            queries = _arrow(con, f"SELECT qid, k, cutoff FROM {q}")
+            pos = asof_positions(_numpy(rows, "k", np.int64), _numpy(rows, "__t", "datetime64[ns]").view(np.int64),
+                                 _numpy(queries, "k", np.int64),
+                                 _numpy(queries, "cutoff", "datetime64[ns]").view(np.int64))
+            state = _prefix_scan(rows, need, dtypes, pos)
+            del rows
+            self.frames[run] = pa.table({"qid": queries.column("qid"), **state})
             con.register(run, self.frames[run])
 
-        self.emit(f"running {ag.label} per {ag.fk}", scan, uses=set(_TEMP.findall(sql)))
+        self.emit(f"running {ag.label} per {ag.fk}", scan, uses=set(_TEMP.findall(sql)) | {q})
         exprs = [self._running_expr(p, i) for p, i in ag.outputs]
-        # the ASOF join matches on keys only; the state columns come by row position
-        return (f"WITH m AS (SELECT q.qid, q.k, q.cutoff, r.__pos FROM {q} q ASOF LEFT JOIN "
-                f"(SELECT k, __t, __pos FROM {run}) r ON q.k = r.k AND q.cutoff >= r.__t) "
-                f"SELECT m.qid, m.k, m.cutoff, {{outs}} FROM m LEFT JOIN {run} r ON r.__pos = m.__pos", exprs)
+        return (f"SELECT m.qid, m.k, m.cutoff, {{outs}} FROM {q} m LEFT JOIN {run} r ON r.qid = m.qid", exprs)
 
     @staticmethod
     def _running_expr(p: str, i: int | None) -> str:
@@ -554,23 +558,55 @@ def _numpy(table: pa.Table, name: str, dtype=None) -> np.ndarray:
     return out if dtype is None else out.astype(dtype)
 
 
-def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]) -> pa.Table:
-    """Running state after each row of a frame sorted by (k, time order): counts, shifted sums and
-    sums of squares, min, max, last value, number of distinct values, mode, first and last time.
-    Only the last row of each (k, time) is kept, so an ASOF match on time is unique."""
+def asof_positions(k: np.ndarray, t: np.ndarray, qk: np.ndarray, qt: np.ndarray) -> np.ndarray:
+    """For each query (qk, qt), the last row with k == qk and t <= qt among rows sorted by (k, t), or -1."""
+    if not len(k) or not len(qk):
+        return np.full(len(qk), -1, dtype=np.int64)
+    times, rank = np.unique(np.concatenate([t, qt]), return_inverse=True)
+    width = len(times) + 1
+    base = min(int(k.min()), int(qk.min()))
+    rows = (k - base) * width + rank[:len(k)]
+    wanted = (qk - base) * width + rank[len(k):]
+    pos = np.searchsorted(rows, wanted, side="right") - 1
+    ok = pos >= 0
+    ok[ok] = k[pos[ok]] == qk[ok]
+    return np.where(ok, pos, -1)
+
+
+_CHUNK = 16  # columns per 2-D scan: bounds the scratch memory of a wide child table
+
+
+def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str], pos: np.ndarray) -> dict:
+    """The running state of a child table sorted by (k, time order) after row ``pos[j]`` (-1: before any
+    row) for each query j: count, shifted sums and sums of squares, min, max, last value, number of
+    distinct values, mode, first and last time. Every scan is exact per group: nothing carries over
+    from one parent's rows to the next. Returns Arrow arrays, one entry per query."""
     k = _numpy(df, "k", np.int64)
     n = len(k)
     gid, start = _segments(k)
     idx = np.arange(n)
-    out = {"k": k, "__t": _numpy(df, "__t", "datetime64[ns]"), "n": (idx - start + 1).astype(np.float64)}
+    hit = pos >= 0
+    at = np.where(hit, pos, 0) if n else np.zeros(len(pos), dtype=np.int64)
+    out = {}
+
+    def keep(name, values, missing=None):
+        """The state at the wanted rows only."""
+        if isinstance(values, _Categories):
+            code = np.where(hit, values.code[at], -1) if n else np.full(len(pos), -1)
+            out[name] = pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32), mask=code < 0), values.uniques)
+        else:
+            v = values[at] if n else np.zeros(len(pos), dtype=values.dtype)
+            mask = ~hit if missing is None else ~hit | missing[at] if n else ~hit
+            out[name] = pa.array(v, mask=mask)
+
+    keep("n", (idx - start + 1).astype(np.float64))
     tl = _numpy(df, "__time", "datetime64[ns]")
-    has_time = ~np.isnat(tl)
-    out["tl"] = tl  # rows without time sort first, so the latest known time is the row's own
-    first_timed = np.where(has_time, idx, n)
-    first_timed = np.minimum.reduceat(first_timed, np.flatnonzero(np.r_[True, k[1:] != k[:-1]]))[gid] if n else first_timed
-    out["tf"] = np.where(idx >= first_timed, tl[np.minimum(first_timed, max(n - 1, 0))], np.datetime64("NaT"))
-    sums, mins, maxs = {}, {}, {}  # column name -> values, scanned per group in one 2-D pass each
     starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if n else np.zeros(0, dtype=np.int64)
+    first_timed = np.minimum.reduceat(np.where(~np.isnat(tl), idx, n), starts)[gid] if n else idx
+    keep("tl", tl, np.isnat(tl))  # rows without time sort first, so the latest known time is the row's own
+    tf = tl[np.minimum(first_timed, max(n - 1, 0))] if n else tl
+    keep("tf", tf, idx < first_timed)
+    scans = {"cumsum": {}, "cummin": {}, "cummax": {}}  # column name -> values, scanned per group in 2-D
     for i, prims in need.items():
         if dtypes[i] == "numeric":
             x = _numpy(df, f"x{i}", np.float64)
@@ -580,56 +616,54 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
                 first = np.minimum.reduceat(np.where(ok, idx, n), starts)[gid] if n else idx
                 m = np.where(first < n, x[np.minimum(first, max(n - 1, 0))], 0.0)
                 z = np.where(ok, x - m, 0.0)
-                out[f"m{i}"] = m
-                sums[f"n{i}"], sums[f"s{i}"] = ok.astype(np.float64), z
+                keep(f"m{i}", m)
+                scans["cumsum"][f"n{i}"], scans["cumsum"][f"s{i}"] = ok.astype(np.float64), z
                 if "std" in prims:
-                    sums[f"q{i}"] = z * z
+                    scans["cumsum"][f"q{i}"] = z * z
             if "min" in prims:
-                mins[f"mn{i}"] = np.where(ok, x, np.inf)
+                scans["cummin"][f"mn{i}"] = np.where(ok, x, np.inf)
             if "max" in prims:
-                maxs[f"mx{i}"] = np.where(ok, x, -np.inf)
+                scans["cummax"][f"mx{i}"] = np.where(ok, x, -np.inf)
             if "last" in prims:
-                out[f"l{i}"] = x
+                keep(f"l{i}", x, ~ok)
         else:
             code, uniques = _codes(df.column(f"x{i}"))
             if "last" in prims:
-                out[f"l{i}"] = _Categories(code, uniques)
+                keep(f"l{i}", _Categories(code, uniques))
             if prims & {"mode", "num_unique"}:
                 order = np.lexsort((idx, code, gid))
                 sg, sc = gid[order], code[order]
                 new = np.ones(n, dtype=bool)
                 new[1:] = (sg[1:] != sg[:-1]) | (sc[1:] != sc[:-1])
-                run_start = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+                run_start = np.maximum.accumulate(np.where(new, np.arange(n), 0)) if n else new
                 cnt = np.empty(n, dtype=np.int64)
                 cnt[order] = np.arange(n) - run_start + 1  # running count of the row's value
                 cnt[code < 0] = 0
                 if "num_unique" in prims:
-                    sums[f"u{i}"] = (cnt == 1).astype(np.float64)
-                if "mode" in prims:
+                    scans["cumsum"][f"u{i}"] = (cnt == 1).astype(np.float64)
+                if "mode" in prims and n:
                     big = n + 1
                     best = np.maximum.accumulate(cnt + gid * big) - gid * big  # running max count per group
                     prev = np.where(idx > start, np.r_[0, best[:-1]], 0)
                     record = cnt > prev  # this value's count beats every earlier count: it leads now
                     last_rec = np.maximum.accumulate(np.where(record, idx, -1))
                     mode_code = np.where(last_rec >= start, code[np.maximum(last_rec, 0)], -1)
-                    out[f"mo{i}"] = _Categories(mode_code, uniques)
-    for cols, how in ((sums, "cumsum"), (mins, "cummin"), (maxs, "cummax")):
-        if cols:  # exact per-group scans (nothing carries over from one group to the next), one 2-D pass
-            matrix = np.empty((n, len(cols)))
-            for j, v in enumerate(cols.values()):
-                matrix[:, j] = v
+                    keep(f"mo{i}", _Categories(mode_code, uniques))
+                elif "mode" in prims:
+                    keep(f"mo{i}", _Categories(code, uniques))
+    for how, cols in scans.items():
+        names = list(cols)
+        for c in range(0, len(names), _CHUNK):  # exact per-group scans, a few columns per 2-D pass
+            chunk = names[c:c + _CHUNK]
+            matrix = np.empty((n, len(chunk)))
+            for j, name in enumerate(chunk):
+                matrix[:, j] = cols.pop(name)
             scanned = getattr(pd.DataFrame(matrix, copy=False).groupby(gid, sort=False), how)().to_numpy()
-            for j, name in enumerate(cols):
+            del matrix
+            for j, name in enumerate(chunk):
                 v = scanned[:, j]
-                out[name] = np.where(np.isinf(v), np.nan, v) if how != "cumsum" else v
-    t = out["__t"]
-    keep = np.ones(n, dtype=bool)
-    keep[:-1] = (k[1:] != k[:-1]) | (t[1:] != t[:-1])
-    # from_pandas: NaN and NaT become SQL NULL, as the aggregates above expect
-    cols = {name: v.take(keep) if isinstance(v, _Categories) else pa.array(v[keep], from_pandas=True)
-            for name, v in out.items()}
-    cols["__pos"] = pa.array(np.arange(int(keep.sum()), dtype=np.int64))
-    return pa.table(cols)
+                keep(name, v, None if how == "cumsum" else np.isinf(v))
+    return out
 
 
 class _Categories:
