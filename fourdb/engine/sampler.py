@@ -37,9 +37,27 @@ class TypeIndex:
     src: torch.Tensor  # source node of each sorted edge
     eid: torch.Tensor  # original edge id within its edge type (for edge features)
     key: torch.Tensor  # (slot * num + dst) * span + time code: globally sorted
+    unit: list = None  # per slot: no destination has more than one in-edge (one comparison, no search)
 
     def to(self, device) -> "TypeIndex":
-        return TypeIndex(self.etypes, self.num, *(t.to(device) for t in (self.indptr, self.src, self.eid, self.key)))
+        return TypeIndex(self.etypes, self.num, *(t.to(device) for t in (self.indptr, self.src, self.eid, self.key)),
+                         self.unit)
+
+    def known(self, q: torch.Tensor, qkey: torch.Tensor, n: int) -> torch.Tensor:
+        """End of each query's known prefix: edges of group ``q`` with key <= ``qkey`` (slot-major, n per slot)."""
+        lo, end = self.indptr[q], self.indptr[q + 1]
+        if all(self.unit):
+            last = torch.clamp(lo, max=max(len(self.key) - 1, 0))
+            return lo + ((end > lo) & (self.key[last] <= qkey)) if len(self.key) else lo
+        hi = torch.empty_like(lo)
+        for j, unit in enumerate(self.unit):
+            sl = slice(j * n, (j + 1) * n)
+            if unit:
+                last = torch.clamp(lo[sl], max=max(len(self.key) - 1, 0))
+                hi[sl] = lo[sl] + ((end[sl] > lo[sl]) & (self.key[last] <= qkey[sl])) if len(self.key) else lo[sl]
+            else:
+                hi[sl] = torch.searchsorted(self.key, qkey[sl], right=True)
+        return hi
 
 
 class TimeCoder:
@@ -77,8 +95,10 @@ def build_edge_index(graph: RelGraph) -> tuple[dict, TimeCoder]:
         np.cumsum(np.bincount(slot_key, minlength=len(ets) * num), out=indptr[1:])
         src = np.concatenate([raw[et][0].astype(np.int64) for et in ets])
         eid = np.concatenate([np.arange(len(raw[et][0]), dtype=np.int64) for et in ets])
+        degree = np.diff(indptr).reshape(len(ets), num) if num else np.zeros((len(ets), 0), np.int64)
+        unit = [bool(num == 0 or degree[j].max() <= 1) for j in range(len(ets))]
         index[ntype] = TypeIndex(ets, num, *(torch.from_numpy(np.ascontiguousarray(x)) for x in
-                                             (indptr, src[order], eid[order], key[order])))
+                                             (indptr, src[order], eid[order], key[order])), unit)
     return index, coder
 
 
@@ -242,8 +262,7 @@ class TemporalSampler:
                 # every (edge type, pair) at once: slot j of pair i is query j * n + i
                 q = (torch.arange(k, device=dev)[:, None] * ix.num + nodes[None, :]).reshape(-1)
                 lo = ix.indptr[q]
-                hi = torch.searchsorted(ix.key, q * span + cut_codes[ranks].repeat(k), right=True)
-                counts = torch.clamp(hi - lo, min=0)
+                counts = torch.clamp(ix.known(q, q * span + cut_codes[ranks].repeat(k), n) - lo, min=0)
                 if dst_type == seed_type and hidden_etypes:
                     for j, et in enumerate(ix.etypes):
                         if et in hidden_etypes or et[1] in hidden_etypes:
