@@ -1,0 +1,194 @@
+"""Parallel training and sweeps: DDP on 2 CPU processes (gloo) gives the 1-process answer, a run killed
+mid-training resumes from its checkpoint to the same result, the rank-count cost model, the shared
+graph, and a parallel joblib sweep whose records all reach a leaderboard."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from fourdb.cli import CONF_DIR
+from fourdb.engine import ddp
+from fourdb.engine.parallel import Profile, choose_nproc, predict, thread_factor
+from fourdb.run import run_experiment
+
+# small synthetic taste, 2 epochs, the same global batch for every process count
+RUN = ["dataset=synthetic", "dataset.params.size=200", "task=taste", "model=sage", "sampler=recent", "trainer=ddp",
+       "trainer.epochs=2", "trainer.patience=2", "trainer.batch_size=256", "trainer.progress=false",
+       "trainer.checkpoint_every=4", "seed=0"]
+
+
+def config(*overrides):
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        return compose("config", overrides=list(overrides))
+
+
+def fourdb(*args, cwd, env=None, timeout=300):
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "fourdb.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    out = tmp_path_factory.mktemp("one")
+    return run_experiment(config(*RUN, "trainer.nproc=1"), out), out
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    out = tmp_path_factory.mktemp("two") / "run"
+    p = fourdb("run", *RUN, "trainer.nproc=2", f"hydra.run.dir={out}", cwd=out.parent)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads((out / "record.json").read_text()), out, p
+
+
+def test_two_processes_reach_the_one_process_answer(one_process, two_processes):
+    one, _ = one_process
+    two, out, p = two_processes
+    assert one["nproc"] == 1 and two["nproc"] == 2
+    assert abs(one["metrics"]["val"]["auroc"] - two["metrics"]["val"]["auroc"]) <= 0.02, (one["metrics"], two["metrics"])
+    assert two["metrics"]["val"]["auroc"] > 0.7
+    assert two["distributed"]["world_size"] == 2 and two["distributed"]["backend"] == "gloo"
+    assert len(two["distributed"]["peak_memory_mb_per_rank"]) == 2
+    assert two["distributed"]["shared_graph"]["arrays"] > 10
+    # one record, from rank 0; the shared graph is removed once every rank is done
+    assert sorted(f.name for f in out.iterdir() if f.suffix == ".json") == ["record.json"]
+    assert not (out / ".shared_graph").exists() and (out / "checkpoint.pt").exists()
+    assert p.stdout.count("synthetic") == 1  # the launching process prints the record once
+
+
+def test_killed_rank_resumes_from_checkpoint_to_the_same_result(two_processes, tmp_path):
+    """Rank 1 SIGKILLs itself mid-epoch; torchrun (--max-restarts 1) restarts the group, which resumes."""
+    ref, _, _ = two_processes
+    out = tmp_path / "run"
+    p = fourdb("run", *RUN, "trainer.nproc=2", f"hydra.run.dir={out}", cwd=tmp_path,
+               env={ddp.KILL_ENV: "6"})  # 12 steps per epoch: step 6 is mid-epoch 1, after the checkpoint at 4
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "kills itself at step 6" in p.stderr and "resuming from" in p.stderr
+    rec = json.loads((out / "record.json").read_text())
+    assert rec["distributed"]["restarts"] == 1
+    for split in ("train", "val", "test"):
+        for name, value in ref["metrics"][split].items():
+            assert rec["metrics"][split][name] == pytest.approx(value, abs=1e-6), (split, name)
+    assert [h["loss"] for h in rec["history"]] == pytest.approx([h["loss"] for h in ref["history"]], abs=1e-6)
+
+
+def test_single_process_resumes_from_its_folder(one_process, tmp_path, monkeypatch):
+    """A 1-process run stopped mid-epoch and started again in the same folder ends as an unbroken run."""
+    ref, _ = one_process
+
+    class Killed(Exception):
+        pass
+
+    def kill(step, ctx, folder):
+        if step == 19:  # mid-epoch 2 (12 steps per epoch), after the checkpoint at step 16
+            raise Killed
+
+    monkeypatch.setattr(ddp, "maybe_kill", kill)
+    cfg = config(*RUN, "trainer.nproc=1")
+    with pytest.raises(Killed):
+        run_experiment(cfg, tmp_path)
+    state = torch.load(tmp_path / "checkpoint.pt")
+    assert (state["epoch"], state["step"], state["global_step"]) == (1, 4, 16)
+    monkeypatch.setattr(ddp, "maybe_kill", lambda *a: None)
+    rec = run_experiment(cfg, tmp_path)
+    assert rec["metrics"]["val"]["auroc"] == pytest.approx(ref["metrics"]["val"]["auroc"], abs=1e-9)
+    assert rec["metrics"]["test"]["auroc"] == pytest.approx(ref["metrics"]["test"]["auroc"], abs=1e-9)
+    # a checkpoint of another config is not resumed
+    other = run_experiment(config(*RUN, "trainer.nproc=1", "trainer.lr=0.01", "trainer.epochs=1"), tmp_path)
+    assert len(other["history"]) == 1
+
+
+def test_shared_graph_is_mapped_not_copied(tmp_path):
+    from fourdb.datasets import load_dataset
+    from fourdb.engine.loader import GraphSource
+    from fourdb.run import graph_inputs, subsample
+    from fourdb.tasks import load_task
+
+    cfg = config(*RUN)
+    db = load_dataset("synthetic", size=200)
+    task = load_task(db, "synthetic", "taste")
+    splits = subsample(task, None, None, 0)
+    data = graph_inputs(cfg, db, task, splits)
+    shared, info = ddp.shared_inputs(lambda: data, tmp_path / "shared", ddp.Context())
+    big = max(shared.graph.ntypes, key=lambda t: shared.graph.features[t].numeric.nbytes)
+    assert isinstance(shared.graph.features[big].numeric, np.memmap)  # a mapped file, not a private copy
+    assert info["mapped_mb"] > 0.5 and info["private_pickle_kb"] < info["mapped_mb"] * 1024
+    # sampling from the mapped copy gives the same batch as from the built one
+    a, b = GraphSource(data, 64), GraphSource(shared, 64)
+    (xa, ya), (xb, yb) = a.train_batch(np.arange(64), 7), b.train_batch(np.arange(64), 7)
+    assert torch.equal(ya, yb)
+    for t in xa[1]:
+        assert torch.equal(xa[1][t]["num"], xb[1][t]["num"]) and torch.equal(xa[1][t]["cat"], xb[1][t]["cat"])
+
+
+def test_a_shard_samples_its_part_of_every_global_batch(tmp_path):
+    from fourdb.engine.loader import GraphSource
+
+    class Data:
+        seeds = {"train": np.arange(10)}
+
+    src = GraphSource.__new__(GraphSource)
+    src.data, src.batch_size, src.rank, src.world = Data(), 4, 0, 1
+    full = src.epoch_plan(np.random.default_rng(3))
+    parts = []
+    for r in range(2):
+        src.shard(r, 2)
+        parts.append(src.epoch_plan(np.random.default_rng(3)))
+    assert [len(p) for p in parts] == [3, 3]  # 3 global batches (4, 4, 2 seeds)
+    for k, (idx, _) in enumerate(full):
+        assert np.array_equal(np.concatenate([parts[0][k][0], parts[1][k][0]]), idx)
+
+
+def test_cost_model_picks_ranks_from_the_machine():
+    # sampling-bound model on a 16-core machine: more ranks split the sampling
+    prof = Profile(batch_size=512, sample_s=(0.005, 2e-4), model_s=(0.004, 2e-5), model_1t_s=(0.01, 8e-5),
+                   grad_bytes=4 << 20, batches=100)
+    plan = choose_nproc(prof, cores=16, gpus=0)
+    assert plan.nproc > 1 and plan.predicted_epoch_s[plan.nproc] < plan.predicted_epoch_s[1]
+    assert 1 <= plan.workers <= 4
+    # one core: one rank
+    assert choose_nproc(prof, cores=1, gpus=0).nproc == 1
+    # GPUs: at most one rank per GPU
+    assert choose_nproc(prof, cores=32, gpus=4).nproc <= 4
+    # a huge model on a slow link: the all-reduce eats the gain
+    heavy = Profile(512, (0.0, 0.0), (0.01, 0.0), (0.01, 0.0), grad_bytes=4 << 30, batches=10)
+    assert choose_nproc(heavy, cores=16, gpus=0).nproc == 1
+    assert predict(prof, 2, 16, 0)[0] > 0
+    assert thread_factor(0.5, 1, 2) == 1.0 and thread_factor(0.5, 2, 2) == pytest.approx(0.5)
+    assert thread_factor(2.0, 2, 2) == pytest.approx(2.0)  # threads that hurt, as measured
+
+
+def test_joblib_sweep_runs_in_parallel_and_every_record_reaches_the_leaderboard(tmp_path):
+    sweep, board = tmp_path / "sweep", tmp_path / "boards"
+    p = fourdb("run", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "dataset=synthetic",
+               "dataset.params.size=150", "task=taste", "model=gbdt,mlp", "trainer.epochs=1",
+               "trainer.progress=false", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "Results (2 runs" in p.stdout
+    s = fourdb("leaderboard", "submit", str(sweep), "--root", str(board), cwd=tmp_path)
+    assert s.returncode == 0, s.stderr[-2000:]
+    lines = (board / "synthetic" / "taste.jsonl").read_text().splitlines()
+    assert sorted(json.loads(x)["model"] for x in lines) == ["gbdt", "mlp"]
+
+
+def test_cluster_launchers_are_configured():
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        ray = compose("config", overrides=["hydra/launcher=ray"], return_hydra_config=True)
+        assert OmegaConf.select(ray, "hydra.launcher._target_").endswith("RayLauncher")
+        try:
+            import hydra_plugins.hydra_submitit_launcher  # noqa: F401
+        except ImportError:
+            pytest.skip("hydra-submitit-launcher not installed (pip install -e '.[slurm]')")
+        slurm = compose("config", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
+                        return_hydra_config=True)
+        assert slurm.hydra.launcher.partition == "gpu" and slurm.hydra.launcher.tasks_per_node == 1
+        assert slurm.hydra.launcher._target_.endswith("SlurmLauncher")
