@@ -220,6 +220,7 @@ class _Compiler:
         self.n = 0
         self.bases: dict[str, str] = {}
         self.relations: dict[tuple[str, str], tuple[str, int]] = {}
+        self.views: set[str] = set()
         self.statics: dict[str, str] = {}  # child node -> relation of its rows' own features
         self.safe: dict[tuple[str, str], bool] = {}
         self.frames: dict[str, pa.Table] = {}  # running-state tables registered with DuckDB
@@ -245,8 +246,24 @@ class _Compiler:
     def with_drops(self) -> list[_Step]:
         """The steps, each temp table dropped right after the last step that reads it."""
         last: dict[str, int] = {}
+        reads: dict[str, set[str]] = {}  # a view reads, whenever it is read, what it was made of
+        for st in self.steps:
+            if isinstance(st.run, str):
+                made = re.match(r"CREATE TEMP VIEW (\S+)", st.run)
+                if made:
+                    reads[made.group(1)] = st.uses - {made.group(1)}
+
+        def closure(names: set[str]) -> set[str]:
+            out, todo = set(), list(names)
+            while todo:
+                name = todo.pop()
+                if name not in out:
+                    out.add(name)
+                    todo += reads.get(name, ())
+            return out
+
         for i, st in enumerate(self.steps):
-            for name in st.uses:
+            for name in closure(st.uses):
                 last[name] = i
         keep = set(self.bases.values())
         out = []
@@ -262,6 +279,8 @@ class _Compiler:
             if name in self.frames:
                 self.con.unregister(name)
                 del self.frames[name]
+            elif name in self.views:
+                self.con.execute(f"DROP VIEW IF EXISTS {name}")
             else:
                 self.con.execute(f"DROP TABLE IF EXISTS {name}")
 
@@ -349,7 +368,8 @@ class _Compiler:
         return all(self.edge_safe(node.table, lk.fk) and self.lookups_safe(lk.node) for lk in node.lookups)
 
     # -- relations below an aggregate: SQL tables (qid, k, cutoff, c0..cn) --------------------------
-    def relation(self, node: Node, q: str) -> tuple[str, int]:
+    def relation(self, node: Node, q: str, view: bool = False) -> tuple[str, int]:
+        """``view``: a view rather than a table, for a relation read once (a child's rows for a scan)."""
         memo = (node.key, q)
         if memo in self.relations:
             return self.relations[memo]
@@ -368,8 +388,10 @@ class _Compiler:
             sel += [f"a{ai}.c{m}" for m in range(len(ag.outputs))]
         r = self.new("r")
         cols = ["q.qid", "q.k", "q.cutoff"] + [f"{e} AS c{m}" for m, e in enumerate(sel)]
-        self.emit(f"features {t.name}", f"CREATE TEMP TABLE {r} AS SELECT {', '.join(cols)} FROM {q} q "
-                                        f"JOIN {b} b ON b.__rid = q.k {' '.join(joins)}")
+        if view:
+            self.views.add(r)
+        self.emit(f"features {t.name}", f"CREATE TEMP {'VIEW' if view else 'TABLE'} {r} AS SELECT {', '.join(cols)} "
+                                        f"FROM {q} q JOIN {b} b ON b.__rid = q.k {' '.join(joins)}")
         self.relations[memo] = (r, len(sel))
         return r, len(sel)
 
@@ -429,8 +451,11 @@ class _Compiler:
         src = f"{bc} c"
         if need:
             if ag.node.key not in self.statics:  # the child's own features, once per row
-                qs = self.query(f"rows {child.name}", f"SELECT __rid AS k, {T_MAX} AS cutoff FROM {bc}")
-                self.statics[ag.node.key] = self.relation(ag.node, qs)[0]
+                qs = self.new("q")
+                self.views.add(qs)
+                self.emit(f"rows {child.name}", f"CREATE TEMP VIEW {qs} AS SELECT __rid AS qid, __rid AS k, "
+                                                f"{T_MAX} AS cutoff FROM {bc}")
+                self.statics[ag.node.key] = self.relation(ag.node, qs, view=True)[0]
             src += f" JOIN {self.statics[ag.node.key]} r ON r.k = c.__rid"
             cols += [f"r.c{i} AS x{i}" for i in need]
         sql = (f"SELECT {', '.join(cols)} FROM {src} WHERE c.{fkc} IN (SELECT DISTINCT k FROM {q}) "
@@ -607,7 +632,25 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
     tf = tl[np.minimum(first_timed, max(n - 1, 0))] if n else tl
     keep("tf", tf, idx < first_timed)
     scans = {"cumsum": {}, "cummin": {}, "cummax": {}}  # column name -> values, scanned per group in 2-D
+
+    def flush(how: str, at_least: int = 1) -> None:
+        """Exact per-group scans of the pending columns, a few at a time in one 2-D pass."""
+        cols = scans[how]
+        if len(cols) < at_least:
+            return
+        names = list(cols)
+        matrix = np.empty((n, len(names)))
+        for j, name in enumerate(names):
+            matrix[:, j] = cols.pop(name)
+        scanned = getattr(pd.DataFrame(matrix, copy=False).groupby(gid, sort=False), how)().to_numpy()
+        del matrix
+        for j, name in enumerate(names):
+            v = scanned[:, j]
+            keep(name, v, None if how == "cumsum" else np.isinf(v))
+
     for i, prims in need.items():
+        for how in scans:
+            flush(how, _CHUNK)
         if dtypes[i] == "numeric":
             x = _numpy(df, f"x{i}", np.float64)
             ok = ~np.isnan(x)
@@ -651,18 +694,8 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
                     keep(f"mo{i}", _Categories(mode_code, uniques))
                 elif "mode" in prims:
                     keep(f"mo{i}", _Categories(code, uniques))
-    for how, cols in scans.items():
-        names = list(cols)
-        for c in range(0, len(names), _CHUNK):  # exact per-group scans, a few columns per 2-D pass
-            chunk = names[c:c + _CHUNK]
-            matrix = np.empty((n, len(chunk)))
-            for j, name in enumerate(chunk):
-                matrix[:, j] = cols.pop(name)
-            scanned = getattr(pd.DataFrame(matrix, copy=False).groupby(gid, sort=False), how)().to_numpy()
-            del matrix
-            for j, name in enumerate(chunk):
-                v = scanned[:, j]
-                keep(name, v, None if how == "cumsum" else np.isinf(v))
+    for how in scans:
+        flush(how)
     return out
 
 
