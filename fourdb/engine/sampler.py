@@ -245,7 +245,7 @@ class TemporalSampler:
         empty = torch.zeros(0, dtype=torch.int64, device=dev)
         blocks = []
         for fanout in reversed(self.fanouts):
-            src_keys = {t: [k] for t, k in frontier.items()}
+            src_keys = {t: None for t in frontier}  # the source types of this block
             by_src: dict[str, list] = {}  # source type -> [(etype, neighbour pair keys, dst rows)]
             for dst_type, dst_keys in frontier.items():
                 ix = self.index.get(dst_type)
@@ -253,7 +253,7 @@ class TemporalSampler:
                     continue
                 n, k = len(dst_keys), len(ix.etypes)
                 for et in ix.etypes:
-                    src_keys.setdefault(et[0], [])
+                    src_keys.setdefault(et[0], None)
                 if n == 0:
                     for et in ix.etypes:
                         by_src.setdefault(et[0], []).append((et, empty, empty))
@@ -274,19 +274,26 @@ class TemporalSampler:
                 sizes = torch.bincount(rows // n, minlength=k).tolist()  # rows ascend: grouped by slot
                 for et, p, d in zip(ix.etypes, torch.split(pairs, sizes), torch.split(dst_rows, sizes)):
                     by_src.setdefault(et[0], []).append((et, p, d))
-                    src_keys[et[0]].append(p)
-            src_unique = {}
-            for t, parts in src_keys.items():
+            # per source type: its destination pairs first, then the new neighbour pairs (sorted); one
+            # unique with inverse gives both the new pairs and every edge's local source id
+            src_unique, block_edges = {}, {}
+            for t in src_keys:
                 dst_part = frontier.get(t, empty)
-                rest = parts[1:] if t in frontier else parts
-                rest = torch.unique(torch.cat(rest)) if rest else empty
-                if len(dst_part) and len(rest):
-                    rest = rest[~torch.isin(rest, dst_part)]
-                src_unique[t] = torch.cat([dst_part, rest])
-            block_edges = {}
-            for t, items in by_src.items():  # local ids: one searchsorted per source type
-                sorted_keys, order = torch.sort(src_unique[t], stable=True)
-                local = order[torch.searchsorted(sorted_keys, torch.cat([p for _, p, _ in items]))]
+                items = by_src.get(t, [])
+                nbrs = torch.cat([p for _, p, _ in items]) if items else empty
+                if not len(nbrs):
+                    src_unique[t] = dst_part
+                    for et, _, d in items:
+                        block_edges[et] = (empty, d)
+                    continue
+                uniq, inv = torch.unique(torch.cat([dst_part, nbrs]), return_inverse=True)
+                pos = torch.full((len(uniq),), -1, dtype=torch.int64, device=dev)
+                nd = len(dst_part)
+                pos[inv[:nd]] = torch.arange(nd, device=dev)
+                new = pos < 0
+                pos[new] = nd + torch.arange(int(new.sum()), device=dev)
+                src_unique[t] = torch.cat([dst_part, uniq[new]])
+                local = pos[inv[nd:]]
                 for (et, _, d), loc in zip(items, torch.split(local, [len(p) for _, p, _ in items])):
                     block_edges[et] = (loc, d)
             num_src = {t: len(src_unique.get(t, ())) for t in self.graph.ntypes}
