@@ -227,23 +227,25 @@ class BatchStore:
         return l * (lay.n_et + 2 * lay.n_nt) + lay.n_et + lay.n_nt + lay.ntypes.index(self.manifest["seed_type"])
 
     def _hot_tier(self, i: int):
+        """Hot rows of table i: numpy arrays in RAM, or tensors on the GPU when training runs there."""
         if i not in self._hot:
-            num = torch.from_numpy(self._load(f"hot{i}.num.npy", mmap=False)).to(self.tier_device)
-            cat = torch.from_numpy(self._load(f"hot{i}.cat.npy", mmap=False)).to(self.tier_device)
+            num, cat = self._load(f"hot{i}.num.npy", mmap=False), self._load(f"hot{i}.cat.npy", mmap=False)
+            if self.tier_device.type != "cpu":
+                num, cat = torch.from_numpy(num).to(self.tier_device), torch.from_numpy(cat).to(self.tier_device)
             self._hot[i] = (num, cat)
         return self._hot[i]
 
     def load_batch(self, k: int, b: int, labels: np.ndarray):
         lay, e = self.layout, self._epoch(k)
         meta = e["meta"][b]
-        edges = np.asarray(e["edges"][:, e["edge_off"][b]:e["edge_off"][b + 1]]).astype(np.int64)
+        edges = torch.from_numpy(e["edges"][:, e["edge_off"][b]:e["edge_off"][b + 1]].astype(np.int64))
         blocks, pos = [], 0
         for l in range(lay.L):
             counts, num_src, num_dst = lay.counts(meta, l)
             rel = {}
             for i, et in enumerate(lay.etypes):
                 c = int(counts[i])
-                rel[et] = (torch.from_numpy(edges[0, pos:pos + c]), torch.from_numpy(edges[1, pos:pos + c]))
+                rel[et] = (edges[0, pos:pos + c], edges[1, pos:pos + c])
                 pos += c
             blocks.append(make_block(rel, dict(zip(lay.ntypes, num_src.tolist())),
                                      dict(zip(lay.ntypes, num_dst.tolist()))))
@@ -253,21 +255,31 @@ class BatchStore:
         for i, t in enumerate(lay.ntypes):
             n = int(n_in[i])
             if present[i]:
-                slot = torch.from_numpy(np.array(e["slot"][r:r + n], dtype=np.int64))
-                rel_t = torch.from_numpy(np.array(e["rel"][r:r + n]))
+                slot = np.asarray(e["slot"][r:r + n])
                 hot_num, hot_cat = self._hot_tier(i)
                 c0, c1 = e["cold_off"][b, i], e["cold_off"][b + 1, i]
-                cold_num = torch.from_numpy(np.array(e["cold"][i][0][c0:c1]))
-                cold_cat = torch.from_numpy(np.array(e["cold"][i][1][c0:c1]))
-                # assembled where the hot tier lives (the GPU when training runs there)
-                dev = hot_num.device
-                is_hot = (slot >= 0).to(dev)
-                num = torch.empty((n, hot_num.shape[1]), dtype=hot_num.dtype, device=dev)
-                cat = torch.empty((n, hot_cat.shape[1]), dtype=hot_cat.dtype, device=dev)
-                hs = slot.to(dev)[is_hot]
-                num[is_hot], cat[is_hot] = hot_num[hs], hot_cat[hs]
-                num[~is_hot], cat[~is_hot] = cold_num.to(dev), cold_cat.to(dev)
-                feats[t] = {"num": torch.cat([num, rel_t.to(dev)], 1), "cat": cat}
+                cold_num, cold_cat = e["cold"][i][0][c0:c1], e["cold"][i][1][c0:c1]
+                is_hot = slot >= 0
+                if isinstance(hot_num, np.ndarray):  # RAM tier: one array per table, relative time beside
+                    d = hot_num.shape[1]
+                    num = np.empty((n, d + 2), dtype=hot_num.dtype)
+                    cat = np.empty((n, hot_cat.shape[1]), dtype=hot_cat.dtype)
+                    hs = slot[is_hot]
+                    num[is_hot, :d], cat[is_hot] = hot_num[hs], hot_cat[hs]
+                    num[~is_hot, :d], cat[~is_hot] = cold_num, cold_cat
+                    num[:, d:] = e["rel"][r:r + n]
+                    feats[t] = {"num": torch.from_numpy(num), "cat": torch.from_numpy(cat)}
+                else:  # GPU tier: assembled on the GPU, only the cold rows travel
+                    dev = hot_num.device
+                    mask = torch.from_numpy(is_hot).to(dev)
+                    num = torch.empty((n, hot_num.shape[1]), dtype=hot_num.dtype, device=dev)
+                    cat = torch.empty((n, hot_cat.shape[1]), dtype=hot_cat.dtype, device=dev)
+                    hs = torch.from_numpy(slot[is_hot].astype(np.int64)).to(dev)
+                    num[mask], cat[mask] = hot_num[hs], hot_cat[hs]
+                    num[~mask] = torch.from_numpy(np.array(cold_num)).to(dev)
+                    cat[~mask] = torch.from_numpy(np.array(cold_cat)).to(dev)
+                    rel_t = torch.from_numpy(np.array(e["rel"][r:r + n])).to(dev)
+                    feats[t] = {"num": torch.cat([num, rel_t], 1), "cat": cat}
             r += n
         idx = np.asarray(e["idx"][e["seed_off"][b]:e["seed_off"][b + 1]])
         return (blocks, feats), torch.as_tensor(labels[idx])
