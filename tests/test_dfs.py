@@ -321,10 +321,10 @@ def test_dfs_is_cached_and_encoded_for_gbdt(synthetic_db, monkeypatch):
 
     task = load_task(synthetic_db, "synthetic", "taste")
     splits = {s: task.split(s) for s in ("train", "val", "test")}
-    first = build_table_features("dfs", synthetic_db, task, splits, depth=1, primitives=["count", "mean", "mode"])
-    assert list((cache_root() / "dfs").glob("users-d1-*.parquet"))
+    first = build_table_features("dfs", synthetic_db, task, splits, depth=2, primitives=["count", "mean", "mode"])
+    assert list((cache_root() / "dfs").glob("users-d2-*.parquet"))
     monkeypatch.setattr(D, "compute_dfs", lambda *a, **k: pytest.fail("cache miss"))
-    again = build_table_features("dfs", synthetic_db, task, splits, depth=1, primitives=["count", "mean", "mode"])
+    again = build_table_features("dfs", synthetic_db, task, splits, depth=2, primitives=["count", "mean", "mode"])
     for s in splits:
         assert first[s].numeric.shape == (len(splits[s]), len(first[s].numeric_names))
         np.testing.assert_array_equal(first[s].numeric, again[s].numeric)
@@ -332,7 +332,13 @@ def test_dfs_is_cached_and_encoded_for_gbdt(synthetic_db, monkeypatch):
         assert np.isfinite(first[s].numeric).all()
     names = first["train"].numeric_names
     assert "COUNT(purchases)" in names and "MEAN(purchases.quantity)" in names and "age" in names
-    assert "MODE(audits.flag)" not in first["train"].categorical_names  # numeric input: no mode
+    cats = first["train"].categorical_names
+    assert "MODE(audits.flag)" not in cats  # numeric input: no mode
+    j = cats.index("MODE(purchases.items.kind)")
+    for s in splits:
+        codes = first[s].categorical[:, j]
+        assert codes.min() >= 0 and codes.max() < first[s].cardinalities[j] == 3  # A, B and unknown/missing
+    assert set(np.unique(first["train"].categorical[:, j])) >= {1, 2}
     tr = first["train"].numeric[:, names.index("COUNT(purchases)")]
     assert abs(tr.mean()) < 1e-4 and abs(tr.std() - 1) < 1e-3  # standardized with train statistics
     with pytest.raises(FourdbError, match="no parameter 'dept'"):

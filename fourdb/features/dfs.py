@@ -854,7 +854,7 @@ def encode_features(frames: dict[str, pd.DataFrame], fit_split: str = "train") -
     vocab = {}
     for c in category:
         counts = fit[c].dropna().astype(str).value_counts()
-        vocab[c] = {v: i + 1 for i, v in enumerate(counts.index[:MAX_CATEGORIES])}
+        vocab[c] = list(counts.index[:MAX_CATEGORIES])
     out = {}
     for split, df in frames.items():
         n = len(df)
@@ -868,8 +868,11 @@ def encode_features(frames: dict[str, pd.DataFrame], fit_split: str = "train") -
             if flagged:
                 flags.append(miss.astype(np.float32))
                 flag_names.append(f"{c}:missing")
-        cats = [df[c].map(lambda x, voc=vocab[c]: voc.get(str(x), 0) if x is not None and x == x else 0)
-                .to_numpy(dtype=np.int64) for c in category]
+        cats = []
+        for c in category:  # code i + 1 for the i-th most frequent training value, 0 for unknown or missing
+            values = df[c].astype(object)
+            values = values.where(values.isna(), values.astype(str))
+            cats.append(pd.Categorical(values, categories=vocab[c]).codes.astype(np.int64) + 1)
         cols = nums + flags
         out[split] = EncodedTable(np.stack(cols, 1) if cols else np.zeros((n, 0), np.float32),
                                   np.stack(cats, 1) if cats else np.zeros((n, 0), np.int64),
