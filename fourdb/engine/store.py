@@ -119,6 +119,20 @@ class _Layout:
         return (meta[base:base + self.n_et], meta[base + self.n_et:base + self.n_et + self.n_nt],
                 meta[base + self.n_et + self.n_nt:base + self.n_et + 2 * self.n_nt])
 
+    def blocks(self, meta: np.ndarray, edges: np.ndarray) -> list:
+        """The DGL blocks of a packed batch (``pack``'s meta row and edge array)."""
+        edges = torch.from_numpy(np.asarray(edges).astype(np.int64))
+        out, pos = [], 0
+        for l in range(self.L):
+            counts, num_src, num_dst = self.counts(meta, l)
+            rel = {}
+            for i, et in enumerate(self.etypes):
+                c = int(counts[i])
+                rel[et] = (edges[0, pos:pos + c], edges[1, pos:pos + c])
+                pos += c
+            out.append(make_block(rel, dict(zip(self.ntypes, num_src.tolist())), dict(zip(self.ntypes, num_dst.tolist()))))
+        return out
+
     def present(self, meta: np.ndarray) -> np.ndarray:
         return meta[self.L * (self.n_et + 2 * self.n_nt):].astype(bool)
 
@@ -238,17 +252,7 @@ class BatchStore:
     def load_batch(self, k: int, b: int, labels: np.ndarray):
         lay, e = self.layout, self._epoch(k)
         meta = e["meta"][b]
-        edges = torch.from_numpy(e["edges"][:, e["edge_off"][b]:e["edge_off"][b + 1]].astype(np.int64))
-        blocks, pos = [], 0
-        for l in range(lay.L):
-            counts, num_src, num_dst = lay.counts(meta, l)
-            rel = {}
-            for i, et in enumerate(lay.etypes):
-                c = int(counts[i])
-                rel[et] = (edges[0, pos:pos + c], edges[1, pos:pos + c])
-                pos += c
-            blocks.append(make_block(rel, dict(zip(lay.ntypes, num_src.tolist())),
-                                     dict(zip(lay.ntypes, num_dst.tolist()))))
+        blocks = lay.blocks(meta, e["edges"][:, e["edge_off"][b]:e["edge_off"][b + 1]])
         _, n_in, _ = lay.counts(meta, 0)
         present = lay.present(meta)
         feats, r = {}, e["row_off"][b]
@@ -306,16 +310,7 @@ def replay_seconds(source, batches: list) -> float:
             num, cat = row_features(data, t, input_rows(data, t, ids, batch.num_seeds if t == data.seed_type else 0))
             feats[t] = (num, cat, relative_time(data, t, ids, batch.input_cutoffs[t].cpu().numpy()))
         start = time.perf_counter()
-        e = edges.astype(np.int64)
-        pos = 0
-        for l in range(lay.L):
-            counts, num_src, num_dst = lay.counts(meta, l)
-            rel = {}
-            for i, et in enumerate(lay.etypes):
-                c = int(counts[i])
-                rel[et] = (torch.from_numpy(e[0, pos:pos + c]), torch.from_numpy(e[1, pos:pos + c]))
-                pos += c
-            make_block(rel, dict(zip(lay.ntypes, num_src.tolist())), dict(zip(lay.ntypes, num_dst.tolist())))
+        lay.blocks(meta, edges)
         for num, cat, rel_t in feats.values():
             torch.cat([torch.from_numpy(np.array(num)), torch.from_numpy(np.array(rel_t))], 1)
             torch.from_numpy(np.array(cat))
