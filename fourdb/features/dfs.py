@@ -16,14 +16,15 @@ seed table's own rows included); rows of tables without a time column are always
 lookup of a parent row whose time is after the cutoff is missing. A row-column task's seed row uses
 only its known columns and foreign keys (``Task.hidden_columns`` are left out).
 
-How it runs: every (row, cutoff) pair a seed reaches is a query row, and each step is one SQL
-statement over whole query sets (no per-seed loop). Aggregates over a child whose features are fixed
-per row (its own columns and lookups of parents that are never newer than it) are *running*
-aggregates: window functions over the child's rows per parent in time order, then an ASOF join picks
-for each (parent, cutoff) the state after the last row at or before the cutoff, which is linear in
-the child's rows plus the queries whatever the fan-out (``flights -> planes -> flights`` over every
-flight of the year). A child whose own features depend on the cutoff (an aggregate below it) is
-joined to its visible rows and grouped by (parent, cutoff).
+How it runs: every (row, cutoff) pair a seed reaches is a query row, and each step works on whole
+query sets (no per-seed loop): DuckDB SQL for keys, lookups, joins and groupings. Aggregates over a
+child whose features are fixed per row (its own columns and lookups of parents never newer than it)
+are *running* aggregates: DuckDB sorts the child's rows per parent in time order, vectorized prefix
+scans (numpy/pandas, exact per parent) give the state after every row, and a sorted search (an ASOF
+match) picks for each (parent, cutoff) the state after its last row at or before the cutoff. That is
+linear in the child's rows plus the queries whatever the fan-out (``flights -> planes -> flights``
+over every flight of the year). A child whose own features depend on the cutoff (an aggregate below
+it, depth 3) is joined to its visible rows and grouped by (parent, cutoff) in SQL.
 
 Primitives: ``count`` (rows), ``sum`` ``mean`` ``min`` ``max`` ``std`` (sample, ddof=1) of numeric
 features, ``mode`` and ``num_unique`` of category features, ``last`` of both (the value, null included,
