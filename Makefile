@@ -23,7 +23,7 @@ test: $(STAMP)
 # Performance comparisons, one `BENCH name=... ratio=...` line each (not part of `make test`).
 # `bench` runs every benchmark group of the project; each group is a target it depends on.
 ENGINE_BENCH := bench_sampler.py bench_store.py bench_layerwise.py
-bench: bench-engine
+bench: bench-engine bench-dfs
 
 bench-engine: $(STAMP)
 	cd benchmarks && for s in $(ENGINE_BENCH); do DGLBACKEND=pytorch ../$(BIN)/python $$s || exit 1; done
