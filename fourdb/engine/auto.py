@@ -14,7 +14,8 @@ of the model and the data; on the CPU, where the model uses the same cores, the 
 overlaps only partly (``CPU_OVERLAP``). Online epochs cost ``batches * step(sample / W)``; the store
 costs building ``store_epochs`` epochs once (nothing when a sweep has built it already) and then
 ``batches * step(replay)`` per epoch. The cheaper total over the planned epochs wins. The feature
-cache gets the features' whole size when it fits in a quarter of the free memory of its tier. The
+cache: on a GPU, all feature rows that fit in a quarter of its free memory; on the CPU none (rows
+packed per batch read fastest) unless the store would not fit in a quarter of the free RAM. The
 run log states the prediction, and each epoch's measured time beside it.
 """
 from __future__ import annotations
@@ -116,10 +117,20 @@ def choose(source, rng: np.random.Generator) -> Plan:
     online_epoch = nb * step_seconds(model_s, sample_s / workers, on_gpu)
     offline_epoch = nb * step_seconds(model_s, replay_s, on_gpu)
 
-    tier = device if on_gpu else "cpu"
+    # feature tiers: on a GPU, every feature row that fits in a quarter of its free memory stays there
+    # (only cold rows travel); on the CPU, rows packed per batch read sequentially beat gathering hot
+    # rows, so the hot tier is only there to shrink a store that would not fit in a quarter of free RAM
     feats = source.data.graph.features
     total_mb = sum(f.numeric.nbytes + f.categorical.nbytes for f in feats.values()) / 2 ** 20
-    cache_mb = float(min(max(total_mb, 1.0), 0.25 * _free_memory_mb(tier), max(eng.cache_mb, total_mb)))
+    rows = np.mean([sum(len(v) for v in m[0].input_nodes.values()) for m in made])
+    widths = [f.numeric.shape[1] * 4 + f.categorical.shape[1] * 8 + 8 for f in feats.values()]
+    store_mb = eng.store_epochs * nb * rows * float(np.mean(widths)) / 2 ** 20
+    if on_gpu:
+        cache_mb = float(min(max(total_mb, 1.0), 0.25 * _free_memory_mb(device)))
+    elif store_mb < 0.25 * _free_memory_mb("cpu"):
+        cache_mb = 0.0
+    else:
+        cache_mb = float(min(max(total_mb, 1.0), 0.25 * _free_memory_mb("cpu")))
     key = store_key(source, rng, eng.store_epochs, hot_budget_rows(source, cache_mb))
     built = (cache_root() / "store" / key / "manifest.json").exists()
     build_s = 0.0 if built else eng.store_epochs * nb * sample_s / workers
