@@ -32,6 +32,7 @@ import torch
 
 log = logging.getLogger("fourdb")
 CPU_OVERLAP = 0.5  # share of the shorter stage hidden behind the longer when both run on the same cores
+BUILD_COST = 3.0  # building a stored batch (sample, pack, write, checksum) over sampling it; measured here
 
 
 @dataclass
@@ -104,10 +105,18 @@ def choose(source, rng: np.random.Generator) -> Plan:
     made = list(prefetch([(lambda i=i, s=s: job(i, s)) for i, s in plan], workers=1, depth=1))
     times = [m[2] for m in made]
     sample_s = float(np.median(times[1:] or times))  # the first batch pays one-off warm-up
-    replay_s = replay_seconds(source, [m[0] for m in made])
+    # timed as training runs them: replay on a producer thread, the model with the cores it leaves
+    replay_s = next(prefetch([lambda: replay_seconds(source, [m[0] for m in made])], workers=1, depth=1))
     device = source._device if source._device is not None else torch.device("cpu")
     on_gpu = torch.device(device).type == "cuda"
-    model_s = _model_seconds(source._module, device, [m[1] for m in made]) if source._module is not None else 0.0
+    model_s = 0.0
+    if source._module is not None:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(max(1, min(threads, (os.cpu_count() or 1) - 1)))
+        try:
+            model_s = _model_seconds(source._module, device, [m[1] for m in made])
+        finally:
+            torch.set_num_threads(threads)
 
     cores = os.cpu_count() or 1
     spare = cores if on_gpu else max(1, cores - 1)
@@ -133,7 +142,7 @@ def choose(source, rng: np.random.Generator) -> Plan:
         cache_mb = float(min(max(total_mb, 1.0), 0.25 * _free_memory_mb("cpu")))
     key = store_key(source, rng, eng.store_epochs, hot_budget_rows(source, cache_mb))
     built = (cache_root() / "store" / key / "manifest.json").exists()
-    build_s = 0.0 if built else eng.store_epochs * nb * sample_s / workers
+    build_s = 0.0 if built else eng.store_epochs * nb * sample_s * BUILD_COST
     online_total = epochs * online_epoch
     offline_total = build_s + epochs * offline_epoch
     mode = "offline" if offline_total < online_total else "online"
