@@ -23,7 +23,7 @@ def _hydra_run(argv: list[str]) -> None:
         from fourdb.run import format_records, run_experiment
 
         from fourdb.engine.ddp import in_torchrun
-        from fourdb.engine.launch import launch, needs_launch, quiet_other_ranks
+        from fourdb.engine.launch import exit_rank, launch, needs_launch, quiet_other_ranks
 
         out_dir = HydraConfig.get().runtime.output_dir
         quiet_other_ranks()
@@ -33,10 +33,8 @@ def _hydra_run(argv: list[str]) -> None:
         except FourdbError as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
-        if record is None:  # a rank other than 0 of a data-parallel run
-            return None
-        if in_torchrun():  # rank 0: the process that started torchrun prints the record
-            return record["metrics"]["val"][record["metric"]]
+        if in_torchrun():  # a rank: the process that started torchrun prints the record
+            exit_rank()
         log.info("run record: %s/record.json", out_dir)
         print(format_records([record]), flush=True)
         return record["metrics"]["val"][record["metric"]]

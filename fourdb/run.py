@@ -72,7 +72,7 @@ def graph_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> GraphData:
         cutoffs={s: to_epoch_seconds(f["cutoff"]) for s, f in splits.items()},
         labels={s: splits[s]["label"].to_numpy() for s in ("train", "val")},
         seed_features=seed_features, hidden_etypes=hidden_etypes,
-        engine=EngineConfig.from_dict(OmegaConf.to_container(cfg.engine, resolve=True) if cfg.get("engine") else None),
+        engine=graph_engine(cfg),
     )
 
 
@@ -80,7 +80,17 @@ def shared_folder(cfg: DictConfig, out_dir) -> Path:
     """Where the ranks of a run share its graph inputs: the run folder (a restarted group reuses them)."""
     if out_dir is not None:
         return Path(out_dir) / ".shared_graph"
-    return cache_root() / "shared_graph" / checkpoint_key(cfg)
+    return cache_root() / "shared_graph" / inputs_key(cfg)
+
+
+def inputs_key(cfg: DictConfig) -> str:
+    """Hash of the settings that fix a run's graph inputs (not the engine, which only says how to feed them)."""
+    return stable_hash({k: OmegaConf.to_container(cfg, resolve=True).get(k) for k in
+                        ("dataset", "task", "graph", "sampler", "seed", "max_train_seeds", "max_eval_seeds")})
+
+
+def graph_engine(cfg: DictConfig) -> EngineConfig:
+    return EngineConfig.from_dict(OmegaConf.to_container(cfg.engine, resolve=True) if cfg.get("engine") else None)
 
 
 def table_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> TableData:
@@ -138,8 +148,11 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     shared = None
     if model.input_kind == "graph":
         inputs = {"graph": cfg.graph.kind, "sampler": dict(cfg.sampler), "engine": dict(cfg.engine) if cfg.get("engine") else None}
-        if ctx.distributed or ddp.shared_manifest(shared_folder(cfg, out_dir)):  # one copy per machine, mapped
-            data, shared = ddp.shared_inputs(lambda: graph_inputs(cfg, db, task, splits), shared_folder(cfg, out_dir), ctx)
+        key = inputs_key(cfg)
+        if ctx.distributed or ddp.shared_manifest(shared_folder(cfg, out_dir), key):  # one copy per machine, mapped
+            data, shared = ddp.shared_inputs(lambda: graph_inputs(cfg, db, task, splits), shared_folder(cfg, out_dir),
+                                             ctx, key)
+            data.engine = graph_engine(cfg)
         else:
             data = graph_inputs(cfg, db, task, splits)
     else:
@@ -156,10 +169,8 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     ddp.barrier()  # all ranks are done with the shared graph
     if ctx.main and shared is not None:
         shutil.rmtree(shared["folder"], ignore_errors=True)
-    if ctx.distributed:
-        ddp.shutdown()
-        if not ctx.main:
-            return None
+    if ctx.distributed and not ctx.main:
+        return None
     metrics = {s: evaluate(task.spec.metrics, splits[s]["label"].to_numpy(), predictions[s]) for s in SPLITS}
     record = {
         "record_version": RECORD_VERSION,

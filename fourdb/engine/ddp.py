@@ -239,9 +239,9 @@ class _Loader(pickle.Unpickler):
         return arr
 
 
-def save_shared(obj, folder: str | Path) -> dict:
+def save_shared(obj, folder: str | Path, key: str | None = None) -> dict:
     """Write ``obj`` as mapped arrays plus a small pickle into ``folder`` (atomically: a temp folder
-    renamed into place, manifest last)."""
+    renamed into place, manifest last); ``key`` names what was built (a hash of its config)."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
@@ -250,7 +250,7 @@ def save_shared(obj, folder: str | Path) -> dict:
         saver = _Saver(buf, tmp)
         saver.dump(obj)
         (tmp / "object.pkl").write_bytes(buf.getvalue())
-        manifest = {"version": SHARED_VERSION, "arrays": saver.count, "array_bytes": saver.nbytes,
+        manifest = {"version": SHARED_VERSION, "key": key, "arrays": saver.count, "array_bytes": saver.nbytes,
                     "pickle_bytes": len(buf.getvalue())}
         (tmp / "manifest.json").write_text(json.dumps(manifest))
         if folder.exists():
@@ -262,13 +262,14 @@ def save_shared(obj, folder: str | Path) -> dict:
     return manifest
 
 
-def shared_manifest(folder: str | Path) -> dict | None:
+def shared_manifest(folder: str | Path, key: str | None = None) -> dict | None:
+    """The manifest of a complete shared folder built for ``key``, else None."""
     path = Path(folder) / "manifest.json"
     try:
         m = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return m if m.get("version") == SHARED_VERSION else None
+    return m if m.get("version") == SHARED_VERSION and m.get("key") == key else None
 
 
 def load_shared(folder: str | Path):
@@ -277,21 +278,21 @@ def load_shared(folder: str | Path):
         return _Loader(f, folder).load()
 
 
-def shared_inputs(build: Callable[[], object], folder: str | Path, ctx: Context):
+def shared_inputs(build: Callable[[], object], folder: str | Path, ctx: Context, key: str | None = None):
     """``build()`` once per machine (rank 0, or an earlier attempt of the same run), mapped by every rank.
 
-    Returns the mapped object and what was shared (for the run record).
+    A folder built for another ``key`` is rebuilt. Returns the mapped object and what was shared.
     """
     folder = Path(folder)
-    manifest = shared_manifest(folder)
+    manifest = shared_manifest(folder, key)
     if manifest is None and ctx.main:
         obj = build()
-        manifest = save_shared(obj, folder)
+        manifest = save_shared(obj, folder, key)
         del obj
         log.info("shared graph inputs: %d arrays, %.1f MB in %s (mapped by every rank)", manifest["arrays"],
                  manifest["array_bytes"] / 2 ** 20, folder)
     barrier()
-    manifest = manifest or shared_manifest(folder)
+    manifest = manifest or shared_manifest(folder, key)
     if manifest is None:
         raise RuntimeError(f"rank {ctx.rank}: no shared graph inputs in {folder}")
     obj = load_shared(folder)

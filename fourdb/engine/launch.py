@@ -111,3 +111,13 @@ def quiet_other_ranks() -> None:
     """Ranks other than 0 log warnings only (rank 0 speaks for the run)."""
     if ddp.in_torchrun() and int(os.environ.get("RANK", 0)) != 0:
         logging.getLogger("fourdb").setLevel(logging.WARNING)
+
+
+def exit_rank() -> None:
+    """End a rank whose work is done (its record is written, every collective is over) without tearing
+    down the process group: gloo's ``destroy_process_group`` (and the group's destructor at interpreter
+    exit) can hang once a peer has gone."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -217,7 +217,7 @@ def recommend(cfg, out_dir) -> ParallelPlan:
     from fourdb.datasets import load_dataset
     from fourdb.engine import ddp
     from fourdb.models import TaskInfo, create_model
-    from fourdb.run import graph_inputs, shared_folder, subsample, table_inputs
+    from fourdb.run import graph_inputs, inputs_key, shared_folder, subsample, table_inputs
     from fourdb.tasks import load_task
     from fourdb.train.trainer import TrainerConfig
 
@@ -228,7 +228,8 @@ def recommend(cfg, out_dir) -> ParallelPlan:
     info = TaskInfo(task.spec.task_type, task.num_classes, task.spec.metric)
     model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
     if model.input_kind == "graph":
-        data, _ = ddp.shared_inputs(lambda: graph_inputs(cfg, db, task, splits), shared_folder(cfg, out_dir), ddp.Context())
+        data, _ = ddp.shared_inputs(lambda: graph_inputs(cfg, db, task, splits), shared_folder(cfg, out_dir), ddp.Context(),
+                                    inputs_key(cfg))
     else:
         data = table_inputs(cfg, db, task, splits)
     tc = OmegaConf.to_container(cfg.trainer, resolve=True)
