@@ -23,7 +23,7 @@ test: $(STAMP)
 # Performance comparisons, one `BENCH name=... ratio=...` line each (not part of `make test`).
 # `bench` runs every benchmark group of the project; each group is a target it depends on.
 ENGINE_BENCH := bench_sampler.py bench_store.py bench_layerwise.py
-bench: bench-engine bench-dfs
+bench: bench-engine bench-dfs bench-parallel
 
 bench-engine: $(STAMP)
 	cd benchmarks && for s in $(ENGINE_BENCH); do DGLBACKEND=pytorch ../$(BIN)/python $$s || exit 1; done
@@ -41,3 +41,8 @@ bench-dfs: $(STAMP) $(FT_VENV)/.installed
 
 clean:
 	rm -rf $(VENV) outputs multirun .fourdb_cache
+
+# Data-parallel scaling: 1-process vs 2-process epoch time (torchrun), with the cost model's prediction.
+.PHONY: bench-parallel
+bench-parallel: $(STAMP)
+	cd benchmarks && DGLBACKEND=pytorch ../$(BIN)/python ddp_scaling.py

@@ -7,7 +7,7 @@ sampler threads follow as in ``engine=auto``.
 
 The profile times, on this process, a few training batches of the global batch ``B`` and of ``B/2``:
 ``sample`` (sampling and feature gathering, for graph models; 0 for tabular ones) and ``model``
-(forward and backward), the model both on all cores and on one thread. Two batch sizes give a fixed
+(forward, backward and the optimizer's step), the model both on all cores and on one thread. Two batch sizes give a fixed
 per-batch cost plus a per-seed cost, ``t(b) = a + c * b``; the two thread counts give the share of the
 model's work that parallelizes over threads (Amdahl). For ``p`` ranks (each with ``B/p`` seeds):
 
@@ -18,8 +18,9 @@ model's work that parallelizes over threads (Amdahl). For ``p`` ranks (each with
 * a step is ``step_seconds(model_p, sample_p)`` (fourdb/engine/auto.py: the pipeline's overlap), but on
   the CPU never less than the whole batch's work spread over all cores, ``(t_model1(B) + t_sample(B))
   / cores``, since the ranks share the cores;
-* plus the gradient all-reduce, ``latency + 2 * gradient bytes / bandwidth`` (ring all-reduce; gloo
-  over loopback or nccl, constants below), and the loss-weight all-reduce's latency.
+* plus, with ``p > 1``, DDP's own work per step (``DDP_STEP_S``, an estimate: its hooks and the search
+  for unused parameters) and the gradient all-reduce, ``latency + 2 * gradient bytes / bandwidth``
+  (ring all-reduce; gloo over loopback or nccl, constants below), and the loss-weight all-reduce.
 
 An epoch is ``batches * step``. The run record and the log state the prediction for every ``p`` and,
 after training, the measured epoch times beside it.
@@ -42,6 +43,7 @@ MIN_GAIN = 0.05
 MAX_CPU_RANKS = 8
 # all-reduce: (latency s, bandwidth bytes/s); gloo over loopback TCP, nccl within one machine
 COMM = {"gloo": (3e-4, 1.0e9), "nccl": (5e-5, 5.0e10)}
+DDP_STEP_S = {"gloo": 3e-3, "nccl": 1e-3}
 PLAN_ENV = "FOURDB_PARALLEL_PLAN"
 
 
@@ -121,8 +123,9 @@ def predict(prof: Profile, p: int, cores: int, gpus: int) -> tuple[float, int, i
         work = Profile.line(prof.model_1t_s, prof.batch_size) + Profile.line(prof.sample_s, prof.batch_size)
         step = max(step, work / max(cores, 1))
     if p > 1:
-        latency, bandwidth = COMM["nccl" if on_gpu else "gloo"]
-        step += 2 * latency + 2 * prof.grad_bytes * (p - 1) / p / bandwidth
+        backend = "nccl" if on_gpu else "gloo"
+        latency, bandwidth = COMM[backend]
+        step += DDP_STEP_S[backend] + 2 * latency + 2 * prof.grad_bytes * (p - 1) / p / bandwidth
     return prof.batches * step, max(workers, 1), threads
 
 
@@ -149,36 +152,44 @@ def _median(ts: list[float]) -> float:
 
 
 def profile(model, data, trainer_cfg, batches: int = 4, seed: int = 0) -> Profile:
-    """Time ``batches`` training batches of size B and B/2 on this process (parameters are untouched)."""
-    from fourdb.train.trainer import _to
+    """Time ``batches`` training steps of size B and B/2 on this process, on a model of its own.
 
+    ``model`` (and ``model_1t``) is the whole step after the batch is made: forward, loss, backward and
+    the optimizer's step, each timed on batches fresh from the sampler (DGL builds a block's sparse
+    formats on first use, as in training).
+    """
     device = trainer_cfg.torch_device()
     module = model.build(data).to(device)
+    opt = torch.optim.AdamW(module.parameters(), lr=trainer_cfg.lr)
     B = trainer_cfg.batch_size
     half = max(1, B // 2)
     samples, models, models_1t = {}, {}, {}
     for b in (B, half):
         source = model.make_source(data, type(trainer_cfg)(**{**trainer_cfg.__dict__, "batch_size": b}))
-        made, times = [], []
-        rng = np.random.default_rng(seed)
-        if hasattr(source, "epoch_plan"):  # a graph source: time sampling + gathering alone
-            for idx, s in source.epoch_plan(rng)[: batches + 1]:
-                t = time.perf_counter()
-                made.append(source.train_batch(idx, s)[0])
-                times.append(time.perf_counter() - t)
-            samples[b] = _median(times)
-        else:
-            for i, (inputs, _) in enumerate(source.train_batches(rng)):
-                if i > batches:
-                    break
-                made.append(inputs)
-            samples[b] = 0.0
-        models[b] = _time_model(module, device, made)
+
+        def make(k):
+            rng = np.random.default_rng(seed + k)
+            made, times = [], []
+            if hasattr(source, "epoch_plan"):  # a graph source: time sampling + gathering alone
+                for idx, s in source.epoch_plan(rng)[: batches + 1]:
+                    t = time.perf_counter()
+                    made.append(source.train_batch(idx, s)[0])
+                    times.append(time.perf_counter() - t)
+            else:
+                for i, (inputs, _) in enumerate(source.train_batches(rng)):
+                    if i > batches:
+                        break
+                    made.append(inputs)
+            return made, (_median(times) if times else 0.0)
+
+        made, samples[b] = make(0)
+        models[b] = _time_steps(module, opt, device, made)
         if device.type == "cpu":
+            made, _ = make(1)
             threads = torch.get_num_threads()
             torch.set_num_threads(1)
             try:
-                models_1t[b] = _time_model(module, device, made)
+                models_1t[b] = _time_steps(module, opt, device, made)
             finally:
                 torch.set_num_threads(threads)
         else:
@@ -192,7 +203,7 @@ def profile(model, data, trainer_cfg, batches: int = 4, seed: int = 0) -> Profil
                    _fit_line(models_1t[half], models_1t[B], half, B), grad_bytes, nb)
 
 
-def _time_model(module, device, inputs: list) -> float:
+def _time_steps(module, opt, device, inputs: list) -> float:
     from fourdb.train.trainer import _to
 
     module.train()
@@ -200,12 +211,13 @@ def _time_model(module, device, inputs: list) -> float:
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         for x in inputs:
             t = time.perf_counter()
+            opt.zero_grad()
             out = module(*_to(x, device))
             out.float().pow(2).mean().backward()
+            opt.step()
             if device.type == "cuda":
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
-    module.zero_grad(set_to_none=True)
     return _median(times)
 
 
