@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -23,7 +24,7 @@ def _hydra_run(argv: list[str]) -> None:
         from fourdb.run import format_records, run_experiment
 
         from fourdb.engine.ddp import in_torchrun
-        from fourdb.engine.launch import exit_rank, launch, needs_launch, quiet_other_ranks
+        from fourdb.engine.launch import LAUNCHED_ENV, exit_rank, launch, needs_launch, quiet_other_ranks
 
         out_dir = HydraConfig.get().runtime.output_dir
         quiet_other_ranks()
@@ -33,7 +34,10 @@ def _hydra_run(argv: list[str]) -> None:
         except FourdbError as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
-        if in_torchrun():  # a rank: the process that started torchrun prints the record
+        if in_torchrun():  # a rank: the `fourdb run` that started torchrun prints the record, else rank 0
+            if record is not None and not os.environ.get(LAUNCHED_ENV):
+                log.info("run record: %s/record.json", out_dir)
+                print(format_records([record]), flush=True)
             exit_rank()
         log.info("run record: %s/record.json", out_dir)
         print(format_records([record]), flush=True)

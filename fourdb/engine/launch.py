@@ -24,6 +24,7 @@ from fourdb.errors import FourdbError
 log = logging.getLogger("fourdb")
 # keys this launcher sets for the ranks (the user's values for them are replaced)
 PINNED = ("trainer.nproc", "hydra.run.dir", "hydra.output_subdir", "hydra.job.name")
+LAUNCHED_ENV = "FOURDB_LAUNCHED"  # set for ranks this launcher started (it prints their record itself)
 
 
 def requested_nproc(cfg: DictConfig):
@@ -98,6 +99,7 @@ def launch(cfg: DictConfig, out_dir: str, overrides: list[str]) -> dict:
     cmd = torchrun_command(overrides, out_dir, n, max_restarts, extra)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // n)))
     env.setdefault("DGLBACKEND", "pytorch")
+    env[LAUNCHED_ENV] = "1"
     log.info("starting %d ranks with torchrun (max restarts %d) in %s", n, max_restarts, out_dir)
     record_path = Path(out_dir) / "record.json"
     proc = subprocess.run(cmd, env=env)
