@@ -4,13 +4,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import platform
 import random
 import resource
 import shutil
-import subprocess
 import time
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +27,7 @@ from fourdb.models import TaskInfo, create_model
 from fourdb.tasks import Task, load_task
 from fourdb.train.metrics import evaluate
 from fourdb.train.trainer import TrainerConfig
-from fourdb.utils import atomic_write_text, cache_root, stable_hash, to_epoch_seconds
+from fourdb.utils import environment as utils_environment, atomic_write_text, cache_root, stable_hash, to_epoch_seconds
 
 log = logging.getLogger("fourdb")
 RECORD_VERSION = 1
@@ -100,23 +97,8 @@ def table_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> TableData:
 
 
 def environment() -> dict:
-    def version(pkg):
-        try:
-            return metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            return None
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                                text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    return {
-        "packages": {p: version(p) for p in ("fourdb", "torch", "dgl", "duckdb", "pandas", "numpy", "scikit-learn")},
-        "git_commit": commit,
-        "hardware": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
-    }
+    return utils_environment(("fourdb", "torch", "dgl", "duckdb", "pandas", "numpy", "scikit-learn"),
+                             gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
 
 
 # trainer settings that do not change what a run computes (a checkpoint of one setting resumes the other)

@@ -50,3 +50,25 @@ def to_epoch_seconds(values) -> np.ndarray:
 
 def cache_root() -> Path:
     return Path(os.environ.get("FOURDB_CACHE", Path.cwd() / ".fourdb_cache"))
+
+
+def environment(packages: tuple[str, ...], gpu: str | None = None) -> dict:
+    """Package versions, git commit and hardware, as a record of where a result was computed."""
+    import os
+    import platform
+    import subprocess
+    from importlib import metadata
+
+    def version(pkg):
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            return None
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"packages": {p: version(p) for p in packages}, "git_commit": commit,
+            "hardware": {"platform": platform.platform(), "cpus": os.cpu_count(), "gpu": gpu}}

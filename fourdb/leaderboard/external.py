@@ -165,21 +165,6 @@ def external_record(path: str | Path, method: str, dataset: str, task: str, seed
 
 def _environment() -> dict:
     """Where the predictions were scored (the model itself ran elsewhere); as a run record has it."""
-    import os
-    import platform
-    import subprocess
-    from importlib import metadata
+    from fourdb.utils import environment
 
-    def version(pkg):
-        try:
-            return metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            return None
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                                text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    return {"packages": {p: version(p) for p in ("fourdb", "duckdb", "pandas", "numpy", "scikit-learn")},
-            "git_commit": commit, "hardware": {"platform": platform.platform(), "cpus": os.cpu_count(), "gpu": None}}
+    return environment(("fourdb", "duckdb", "pandas", "numpy", "scikit-learn"))
