@@ -1,9 +1,10 @@
-"""Small helpers shared across stages: atomic writes, stable hashing, time conversion."""
+"""Small helpers shared across stages: atomic writes, stable hashing, time conversion, progress bars."""
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -30,6 +31,18 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
+
+
+def progress(iterable=None, enabled: bool | None = True, **kwargs):
+    """A tqdm bar on stderr, shown only when asked for and stderr is a terminal (logs stay clean).
+
+    ``enabled=None`` means "if a terminal"; ``False`` silences it; ``True`` also shows it only on a
+    terminal, because a bar redrawn into a file or pipe is noise.
+    """
+    from tqdm.auto import tqdm
+
+    kwargs.setdefault("file", sys.stderr)
+    return tqdm(iterable, disable=enabled is False or not kwargs["file"].isatty(), **kwargs)
 
 
 def stable_hash(*parts, length: int = 16) -> str:

@@ -126,3 +126,19 @@ def test_same_seed_same_result():
     a = run_experiment(config("dataset=synthetic", "dataset.params.size=150", "task=taste", "model=sage", *FAST))
     b = run_experiment(config("dataset=synthetic", "dataset.params.size=150", "task=taste", "model=sage", *FAST))
     assert np.isclose(a["metrics"]["test"]["auroc"], b["metrics"]["test"]["auroc"])
+
+
+def test_progress_bars_draw_only_on_a_terminal():
+    import io
+
+    from fourdb.utils import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for enabled, file, shown in [(True, Terminal(), True), (None, Terminal(), True), (False, Terminal(), False),
+                                 (True, io.StringIO(), False), (None, io.StringIO(), False)]:
+        for _ in progress(range(3), enabled, desc="work", file=file):
+            pass
+        assert ("work" in file.getvalue()) == shown, (enabled, type(file).__name__)

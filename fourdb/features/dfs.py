@@ -41,7 +41,6 @@ import hashlib
 import logging
 import os
 import re
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -58,7 +57,7 @@ from fourdb.errors import FourdbError
 from fourdb.features.columns import MAX_CATEGORIES, EncodedTable, TableEncoder
 from fourdb.rdb import Database
 from fourdb.rdb.schema import Schema, Table
-from fourdb.utils import cache_root, stable_hash
+from fourdb.utils import cache_root, progress as progress_bar, stable_hash
 
 log = logging.getLogger("fourdb")
 
@@ -729,13 +728,6 @@ def _tables_of(node: Node, out: set[str]) -> set[str]:
     return out
 
 
-def _progress(total: int, enabled: bool):
-    from tqdm.auto import tqdm
-
-    # disable=None: quiet when stderr is not a terminal
-    return tqdm(total=total, desc="dfs", unit="step", disable=None if enabled else True, file=sys.stderr)
-
-
 def compute_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int = 2, primitives=PRIMITIVES,
                 hidden=(), progress: bool = True, threads: int | None = None) -> pd.DataFrame:
     """DFS features of each seed row (columns ``node``: row number in ``seed_table``, ``cutoff``).
@@ -762,7 +754,7 @@ def compute_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int =
         gather = comp.assemble(plan, q0)
         where = comp.fetch("seeds", f"SELECT s.__i, q.qid FROM __seeds s JOIN {q0} q ON q.k = s.node AND q.cutoff = s.cutoff")
         steps = comp.with_drops()
-        with _progress(sum(s.desc != "free" for s in steps), progress) as bar:
+        with progress_bar(total=sum(s.desc != "free" for s in steps), enabled=progress, desc="dfs", unit="step") as bar:
             for st in steps:
                 t0, c0 = time.perf_counter(), time.process_time()
                 try:

@@ -11,7 +11,6 @@ import json
 import math
 import os
 import re
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from filelock import FileLock
 
 from fourdb.errors import FourdbError
 from fourdb.leaderboard.schema import RecordError, config_hash, describe_key, record_key, validate_record
+from fourdb.utils import progress as progress_bar
 
 ROOT_ENV = "FOURDB_LEADERBOARDS"
 # seconds to pause halfway through writing a board (tests use it to kill a submitter mid-write)
@@ -131,14 +131,6 @@ def prepare(record: dict, where: str) -> dict:
     return record
 
 
-def _progress(items, desc: str, progress: bool | None):
-    from tqdm.auto import tqdm
-
-    # progress=None: a bar only when stderr is a terminal
-    disable = (not sys.stderr.isatty()) if progress is None else (not progress)
-    return tqdm(items, desc=desc, disable=disable, file=sys.stderr, leave=False)
-
-
 def _write_board(path: Path, lines: list[str]) -> None:
     """Write the whole board to a temp file beside it, then rename it into place."""
     data = "".join(line + "\n" for line in lines).encode()
@@ -184,7 +176,7 @@ def submit_records(records: list[tuple[str, dict]], root: str | Path | None = No
     result = SubmitResult()
     prepared: dict[Path, list[dict]] = {}
     seen: dict[tuple, str] = {}
-    for where, record in _progress(records, "validating records", progress):
+    for where, record in progress_bar(records, progress, desc="validating records", leave=False):
         record = prepare(record, str(where))
         key = record_key(record)
         if key in seen:
@@ -220,7 +212,7 @@ def submit_records(records: list[tuple[str, dict]], root: str | Path | None = No
             if added:
                 new_content[p] = lines
                 result.added.extend(added)
-        for p in _progress(list(new_content), "writing boards", progress):
+        for p in progress_bar(list(new_content), progress, desc="writing boards", leave=False):
             for stale in p.parent.glob(f".{p.name}.*.tmp"):  # left by a submitter killed mid-write
                 with contextlib.suppress(OSError):
                     stale.unlink()

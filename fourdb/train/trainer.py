@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from fourdb.engine import ddp
 from fourdb.train import checkpoint
 from fourdb.train.metrics import HIGHER_IS_BETTER, compute
+from fourdb.utils import progress as progress_bar
 
 log = logging.getLogger("fourdb")
 
@@ -129,8 +129,8 @@ class Trainer:
             steps = source.num_train_batches()
             if self.cfg.max_steps_per_epoch:
                 steps = min(steps, self.cfg.max_steps_per_epoch)
-            bar = tqdm(total=steps, initial=skip, desc=f"epoch {epoch + 1}/{self.cfg.epochs}", leave=False,
-                       disable=not self.cfg.progress or not ctx.main)
+            bar = progress_bar(total=steps, initial=skip, desc=f"epoch {epoch + 1}/{self.cfg.epochs}", leave=False,
+                               enabled=self.cfg.progress and ctx.main)
             for step, (inputs, y) in enumerate(source.train_batches(rng)):
                 if step >= steps:
                     break
