@@ -27,7 +27,7 @@ GRAPHS = {
 }
 
 
-def load(label: str, task_name: str | None = None, max_eval: int | None = None, fanouts=(10, 10),
+def load(label: str, task_name: str | None = None, max_val: int | None = None, fanouts=(10, 10),
          strategy: str = "uniform", max_train: int | None = None):
     """GraphData for a benchmark graph, built through the same path as ``fourdb run``."""
     from hydra import compose, initialize_config_dir
@@ -45,7 +45,7 @@ def load(label: str, task_name: str | None = None, max_eval: int | None = None, 
                                            f"sampler.fanouts=[{','.join(map(str, fanouts))}]"])
     db = load_dataset(name, **params)
     task = load_task(db, name, task_name)
-    splits = subsample(task, max_train, max_eval, 0)
+    splits = subsample(task, max_train, max_val)
     return graph_inputs(cfg, db, task, splits)
 
 

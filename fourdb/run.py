@@ -40,16 +40,20 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def subsample(task: Task, max_train: int | None, max_eval: int | None, seed: int) -> dict[str, pd.DataFrame]:
-    """Per-split seed frames, capped (reproducibly) where the config asks; says so in the log."""
+def subsample(task: Task, max_train: int | None, max_val: int | None, sample_seed: int = 0) -> dict[str, pd.DataFrame]:
+    """Per-split seed frames, training and validation capped where the config asks; says so in the log.
+
+    The subsample does not depend on the run's seed, so every seed and every model of a board trains
+    and stops on the same rows (and a DFS cache made for one serves all). The test split is never
+    capped: every result, including an external submission, is scored on all of it.
+    """
     out = {}
     for split in SPLITS:
         frame = task.split(split)
-        cap = max_train if split == "train" else max_eval
+        cap = {"train": max_train, "val": max_val}.get(split)
         if cap and len(frame) > cap:
-            log.info("subsampling %s seeds: %d of %d (config max_%s_seeds)", split, cap, len(frame),
-                     "train" if split == "train" else "eval")
-            frame = frame.sample(n=cap, random_state=seed).sort_values(["cutoff", "node"]).reset_index(drop=True)
+            log.info("subsampling %s seeds: %d of %d (config max_%s_seeds)", split, cap, len(frame), split)
+            frame = frame.sample(n=cap, random_state=sample_seed).sort_values(["cutoff", "node"]).reset_index(drop=True)
         out[split] = frame
     return out
 
@@ -83,7 +87,7 @@ def shared_folder(cfg: DictConfig, out_dir) -> Path:
 def inputs_key(cfg: DictConfig) -> str:
     """Hash of the settings that fix a run's graph inputs (not the engine, which only says how to feed them)."""
     return stable_hash({k: OmegaConf.to_container(cfg, resolve=True).get(k) for k in
-                        ("dataset", "task", "graph", "sampler", "seed", "max_train_seeds", "max_eval_seeds")})
+                        ("dataset", "task", "graph", "sampler", "seed", "max_train_seeds", "max_val_seeds")})
 
 
 def graph_engine(cfg: DictConfig) -> EngineConfig:
@@ -124,7 +128,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     source = cfg.dataset.get("path") or dataset  # a database folder given by path, or a built-in name
     db = load_dataset(source, **(cfg.dataset.get("params") or {}))
     task = load_task(db, source, cfg.task)
-    splits = subsample(task, cfg.get("max_train_seeds"), cfg.get("max_eval_seeds"), cfg.seed)
+    splits = subsample(task, cfg.get("max_train_seeds"), cfg.get("max_val_seeds"))
     info = TaskInfo(task.spec.task_type, task.num_classes, task.spec.metric)
     model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
     shared = None

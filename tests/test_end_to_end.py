@@ -128,6 +128,25 @@ def test_same_seed_same_result():
     assert np.isclose(a["metrics"]["test"]["auroc"], b["metrics"]["test"]["auroc"])
 
 
+def test_seeds_change_the_model_not_the_rows():
+    """Capped splits are one subsample for every seed (and the test split is whole); GBDT still varies."""
+    small = ["dataset=synthetic", "dataset.params.size=150", "task=taste", "model=gbdt", "max_train_seeds=300",
+             "max_val_seeds=100", *FAST]
+    runs = [run_experiment(config(*small, f"seed={s}")) for s in (0, 1)]
+    available = runs[0]["num_seeds_available"]
+    for r in runs:
+        assert r["num_seeds"] == {"train": 300, "val": 100, "test": available["test"]}
+    assert runs[0]["metrics"]["test"]["auroc"] != runs[1]["metrics"]["test"]["auroc"]
+
+    from fourdb.datasets import load_dataset
+    from fourdb.run import subsample
+    from fourdb.tasks import load_task
+
+    task = load_task(load_dataset("synthetic", size=150), "synthetic", "taste")
+    a, b = subsample(task, 300, 100), subsample(task, 300, 100)
+    assert all(a[s].equals(b[s]) for s in a) and len(a["test"]) == len(task.split("test"))
+
+
 def test_progress_bars_draw_only_on_a_terminal():
     import io
 

@@ -236,7 +236,7 @@ def recommend(cfg, out_dir) -> ParallelPlan:
     source = cfg.dataset.get("path") or cfg.dataset.name
     db = load_dataset(source, **(cfg.dataset.get("params") or {}))
     task = load_task(db, source, cfg.task)
-    splits = subsample(task, cfg.get("max_train_seeds"), cfg.get("max_eval_seeds"), cfg.seed)
+    splits = subsample(task, cfg.get("max_train_seeds"), cfg.get("max_val_seeds"))
     info = TaskInfo(task.spec.task_type, task.num_classes, task.spec.metric)
     model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
     if model.input_kind == "graph":

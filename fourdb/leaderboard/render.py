@@ -2,7 +2,7 @@
 
 A board row is one *setting*: a model with its inputs and config (``config_hash``), its seeds
 aggregated. Rows are compared only within one *protocol*: the same dataset parameters (e.g. the
-synthetic database's size) and the same test rows (all of them, or a capped subsample).
+synthetic database's size). Every run is scored on the whole test split.
 Records made against an earlier version of a task file are kept in the jsonl but not shown.
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ def inputs_label(inputs: dict) -> str:
 
 
 def protocol_label(record: dict) -> str:
-    """Dataset parameters that differ from the dataset's defaults, and a test-row cap if any."""
+    """Dataset parameters that differ from the dataset's defaults."""
     from fourdb.datasets import DATASETS
 
     config = record.get("config") or {}
@@ -63,8 +63,6 @@ def protocol_label(record: dict) -> str:
     entry = DATASETS.get(record["dataset"])
     defaults = entry.defaults if entry else {}
     parts = [f"{k}={v}" for k, v in sorted(params.items()) if k not in defaults or defaults[k] != v]
-    if config.get("max_eval_seeds"):
-        parts.append(f"max_eval_seeds={config['max_eval_seeds']}")
     return ", ".join(parts)
 
 

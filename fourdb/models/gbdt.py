@@ -22,7 +22,8 @@ class GBDT(Model):
         # high-cardinality codes exceed the 255-bin categorical limit; treat those as ordinal
         categorical = [False] * n_num + [c <= 255 for c in cards]
         common = dict(max_iter=p.get("max_iter", 300), learning_rate=p.get("learning_rate", 0.1),
-                      max_leaf_nodes=p.get("max_leaf_nodes", 31), early_stopping=True,
+                      max_leaf_nodes=p.get("max_leaf_nodes", 31), max_features=p.get("max_features", 1.0),
+                      early_stopping=True,
                       n_iter_no_change=p.get("patience", 20), random_state=self.seed,
                       categorical_features=np.array(categorical, dtype=bool) if categorical else None)
         cls = HistGradientBoostingRegressor if self.info.task_type == "regression" else HistGradientBoostingClassifier
