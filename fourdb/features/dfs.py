@@ -297,9 +297,9 @@ class _Compiler:
             df = self.db.tables[tname]
             keep = [i for i, c in enumerate(t.columns)
                     if c.dtype in ("numeric", "category", "primary_key", "foreign_key") or c.name == t.time_column]
-            frame = df[[t.columns[i].name for i in keep]].reset_index(drop=True)
-            frame.columns = [f"v{i}" for i in keep]
-            frame["__rid"] = np.arange(len(df), dtype=np.int64)
+            # DuckDB scans the database's own columns in place: renamed, not copied
+            frame = pd.DataFrame({f"v{i}": df[t.columns[i].name].array for i in keep}
+                                 | {"__rid": np.arange(len(df), dtype=np.int64), "__ord": _time_order(df, t)}, copy=False)
             self.con.register(f"__src_{tname}", frame)
         for i, tname in enumerate(sorted(self.tables)):
             self.bases[tname] = f"__b{i}"
@@ -308,8 +308,7 @@ class _Compiler:
 
     def base(self, t: Table) -> None:
         time_expr = f"CAST(s.{self.col(t, t.time_column)} AS TIMESTAMP_NS)" if t.time_column else "NULL::TIMESTAMP_NS"
-        sel = ["s.__rid", f"{time_expr} AS __time", f"coalesce({time_expr}, {T_MIN}) AS __t",
-               f"row_number() OVER (ORDER BY coalesce({time_expr}, {T_MIN}), s.__rid) AS __ord"]
+        sel = ["s.__rid", f"{time_expr} AS __time", f"coalesce({time_expr}, {T_MIN}) AS __t", "s.__ord"]
         joins = []
         for i, c in enumerate(t.columns):
             if c.dtype == "numeric":
@@ -442,7 +441,7 @@ class _Compiler:
     def running_aggregate(self, ag: Agg, q: str) -> tuple[str, list[str]]:
         """Prefix aggregates of the child's rows per parent in time order (one sort, then vectorized
         scans), and an ASOF join that picks for each (parent, cutoff) the state after its last row.
-        Only the children of parents in ``q`` are scanned."""
+        Only the children of parents in ``q``, up to their latest cutoff, are scanned."""
         child = self.schema.table(ag.child)
         need = self._inputs(ag)
         bc = self.bases[child.name]
@@ -458,8 +457,9 @@ class _Compiler:
                 self.statics[ag.node.key] = self.relation(ag.node, qs, view=True)[0]
             src += f" JOIN {self.statics[ag.node.key]} r ON r.k = c.__rid"
             cols += [f"r.c{i} AS x{i}" for i in need]
-        sql = (f"SELECT {', '.join(cols)} FROM {src} WHERE c.{fkc} IN (SELECT DISTINCT k FROM {q}) "
-               f"ORDER BY k, c.__ord")
+        # rows after a parent's latest cutoff never reach a query: they are left out of the scan
+        sql = (f"SELECT {', '.join(cols)} FROM {src} JOIN (SELECT k, max(cutoff) AS until FROM {q} GROUP BY k) u "
+               f"ON u.k = c.{fkc} AND c.__t <= u.until ORDER BY k, c.__ord")
         run = self.new("run")
         dtypes = {i: ag.node.features[i].dtype for i in need}
 
@@ -535,6 +535,19 @@ class _Compiler:
         }
         out = [exprs[p].format(i=i) for p, i in ag.outputs]
         return (f"WITH {', '.join(ctes)} SELECT q.qid, q.k, q.cutoff, {{outs}} FROM {q} q {' '.join(joins)}", out)
+
+
+def _time_order(df: pd.DataFrame, t: Table) -> np.ndarray:
+    """Each row's rank (from 1) by (time, row number), rows without time first: numbered here rather
+    than by a window in SQL, which would sort every column of the table along with the time."""
+    n = len(df)
+    rank = np.empty(n, dtype=np.int64)
+    if t.time_column is None:
+        rank[:] = np.arange(1, n + 1)
+    else:
+        ns = df[t.time_column].to_numpy(dtype="datetime64[ns]").view(np.int64)  # NaT is the smallest
+        rank[np.argsort(ns, kind="stable")] = np.arange(1, n + 1)
+    return rank
 
 
 def _positions(table: pa.Table, idx: np.ndarray) -> pa.Array:
