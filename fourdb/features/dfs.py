@@ -298,7 +298,7 @@ class _Compiler:
             keep = [i for i, c in enumerate(t.columns)
                     if c.dtype in ("numeric", "category", "primary_key", "foreign_key") or c.name == t.time_column]
             # DuckDB scans the database's own columns in place: renamed, not copied
-            frame = pd.DataFrame({f"v{i}": df[t.columns[i].name].array for i in keep}
+            frame = pd.DataFrame({f"v{i}": df[t.columns[i].name] for i in keep}
                                  | {"__rid": np.arange(len(df), dtype=np.int64), "__ord": _time_order(df, t)}, copy=False)
             self.con.register(f"__src_{tname}", frame)
         for i, tname in enumerate(sorted(self.tables)):
@@ -446,7 +446,7 @@ class _Compiler:
         need = self._inputs(ag)
         bc = self.bases[child.name]
         fkc = self.fk(child, ag.fk)
-        cols = [f"c.{fkc} AS k", "c.__t", "c.__time"]
+        cols = [f"c.{fkc} AS k", "c.__ord", "c.__t", "c.__time"]
         src = f"{bc} c"
         if need:
             if ag.node.key not in self.statics:  # the child's own features, once per row
@@ -459,12 +459,13 @@ class _Compiler:
             cols += [f"r.c{i} AS x{i}" for i in need]
         # rows after a parent's latest cutoff never reach a query: they are left out of the scan
         sql = (f"SELECT {', '.join(cols)} FROM {src} JOIN (SELECT k, max(cutoff) AS until FROM {q} GROUP BY k) u "
-               f"ON u.k = c.{fkc} AND c.__t <= u.until ORDER BY k, c.__ord")
+               f"ON u.k = c.{fkc} AND c.__t <= u.until")
         run = self.new("run")
         dtypes = {i: ag.node.features[i].dtype for i in need}
 
         def scan(con, sql=sql, run=run, need=need, dtypes=dtypes, q=q):
-            rows = _arrow(con, sql)
+            rows = _arrow(con, sql)  # sorted here: a SQL sort would carry every wide row along
+            rows = rows.take(np.lexsort((_numpy(rows, "__ord"), _numpy(rows, "k"))))
             queries = _arrow(con, f"SELECT qid, k, cutoff FROM {q}")
             pos = asof_positions(_numpy(rows, "k", np.int64), _numpy(rows, "__t", "datetime64[ns]").view(np.int64),
                                  _numpy(queries, "k", np.int64),
@@ -652,7 +653,7 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
         if len(cols) < at_least:
             return
         names = list(cols)
-        matrix = np.empty((n, len(names)))
+        matrix = np.empty((n, len(names)), order="F")  # column by column: each column contiguous
         for j, name in enumerate(names):
             matrix[:, j] = cols.pop(name)
         scanned = getattr(pd.DataFrame(matrix, copy=False).groupby(gid, sort=False), how)().to_numpy()
