@@ -221,6 +221,7 @@ class _Compiler:
         self.bases: dict[str, str] = {}
         self.relations: dict[tuple[str, str], tuple[str, int]] = {}
         self.views: set[str] = set()
+        self.per_row: set[str] = set()  # query sets that are every row of their table, cutoff-free
         self.statics: dict[str, str] = {}  # child node -> relation of its rows' own features
         self.safe: dict[tuple[str, str], bool] = {}
         self.frames: dict[str, pa.Table] = {}  # running-state tables registered with DuckDB
@@ -337,12 +338,19 @@ class _Compiler:
     def lookup_query(self, t: Table, lk: Lookup, q: str) -> str:
         parent = self.schema.table(lk.node.table)
         b, fkc = self.bases[t.name], self.fk(t, lk.fk)
-        sql = f"SELECT DISTINCT b.{fkc} AS k, q.cutoff FROM {q} q JOIN {b} b ON b.__rid = q.k"
+        src, qa = self.rows(q, b)
+        sql = f"SELECT DISTINCT b.{fkc} AS k, {qa}.cutoff FROM {src}"
         if parent.time_column:  # a parent row newer than the cutoff is not there yet
-            sql += f" JOIN {self.bases[parent.name]} bp ON bp.__rid = b.{fkc} AND bp.__t <= q.cutoff"
+            sql += f" JOIN {self.bases[parent.name]} bp ON bp.__rid = b.{fkc} AND bp.__t <= {qa}.cutoff"
         else:
             sql += f" WHERE b.{fkc} IS NOT NULL"
         return self.query(f"lookup {t.name}.{lk.fk} -> {parent.name}", sql)
+
+    def rows(self, q: str, b: str) -> tuple[str, str]:
+        """FROM clause pairing each query row with its table row ``b``, and the alias of (qid, k, cutoff)."""
+        if q in self.per_row:  # the query rows are the table's own rows, columns included: no join
+            return f"{q} b", "b"
+        return f"{q} q JOIN {b} b ON b.__rid = q.k", "q"
 
     # -- is a child's looked-up value known whenever the child row is? ------------------------------
     def edge_safe(self, table: str, fk: str) -> bool:
@@ -374,23 +382,24 @@ class _Compiler:
             return self.relations[memo]
         t = self.schema.table(node.table)
         b = self.bases[t.name]
+        src, qa = self.rows(q, b)
         sel, joins = [f"b.{self.col(t, c)}" for c in node.own], []
         for li, lk in enumerate(node.lookups):
             ql = self.lookup_query(t, lk, q)
             rl, n = self.relation(lk.node, ql)
-            joins.append(f"LEFT JOIN {rl} l{li} ON l{li}.k = b.{self.fk(t, lk.fk)} AND l{li}.cutoff = q.cutoff")
+            joins.append(f"LEFT JOIN {rl} l{li} ON l{li}.k = b.{self.fk(t, lk.fk)} AND l{li}.cutoff = {qa}.cutoff")
             sel += [f"l{li}.c{m}" for m in range(n)]
         for ai, ag in enumerate(node.aggs):
             ra = self.new("a")
             self.emit(f"aggregate {ag.label}", f"CREATE TEMP TABLE {ra} AS {self.aggregate(ag, q, cast=False)}")
-            joins.append(f"LEFT JOIN {ra} a{ai} ON a{ai}.qid = q.qid")
+            joins.append(f"LEFT JOIN {ra} a{ai} ON a{ai}.qid = {qa}.qid")
             sel += [f"a{ai}.c{m}" for m in range(len(ag.outputs))]
         r = self.new("r")
-        cols = ["q.qid", "q.k", "q.cutoff"] + [f"{e} AS c{m}" for m, e in enumerate(sel)]
+        cols = [f"{qa}.qid", f"{qa}.k", f"{qa}.cutoff"] + [f"{e} AS c{m}" for m, e in enumerate(sel)]
         if view:
             self.views.add(r)
         self.emit(f"features {t.name}", f"CREATE TEMP {'VIEW' if view else 'TABLE'} {r} AS SELECT {', '.join(cols)} "
-                                        f"FROM {q} q JOIN {b} b ON b.__rid = q.k {' '.join(joins)}")
+                                        f"FROM {src} {' '.join(joins)}")
         self.relations[memo] = (r, len(sel))
         return r, len(sel)
 
@@ -452,8 +461,9 @@ class _Compiler:
             if ag.node.key not in self.statics:  # the child's own features, once per row
                 qs = self.new("q")
                 self.views.add(qs)
+                self.per_row.add(qs)
                 self.emit(f"rows {child.name}", f"CREATE TEMP VIEW {qs} AS SELECT __rid AS qid, __rid AS k, "
-                                                f"{T_MAX} AS cutoff FROM {bc}")
+                                                f"{T_MAX} AS cutoff, * FROM {bc}")
                 self.statics[ag.node.key] = self.relation(ag.node, qs, view=True)[0]
             src += f" JOIN {self.statics[ag.node.key]} r ON r.k = c.__rid"
             cols += [f"r.c{i} AS x{i}" for i in need]
