@@ -19,10 +19,10 @@ only its known columns and foreign keys (``Task.hidden_columns`` are left out).
 How it runs: every (row, cutoff) pair a seed reaches is a query row, and each step works on whole
 query sets (no per-seed loop): DuckDB SQL for keys, lookups, joins and groupings. Aggregates over a
 child whose features are fixed per row (its own columns and lookups of parents never newer than it)
-are *running* aggregates: DuckDB sorts the child's rows per parent in time order, vectorized prefix
-scans (numpy/pandas, exact per parent) give the state after every row, and a sorted search (an ASOF
-match) picks for each (parent, cutoff) the state after its last row at or before the cutoff. That is
-linear in the child's rows plus the queries whatever the fan-out (``flights -> planes -> flights``
+are *running* aggregates: the child's rows (up to the parent's latest cutoff) are sorted per parent in
+time order, a sorted search (an ASOF match) finds for each (parent, cutoff) its last row at or before
+the cutoff, and vectorized prefix scans (numpy/pandas, exact per parent) give the state after those
+rows. That is linear in the child's rows plus the queries whatever the fan-out (``flights -> planes -> flights``
 over every flight of the year). A child whose own features depend on the cutoff (an aggregate below
 it, depth 3) is joined to its visible rows and grouped by (parent, cutoff) in SQL.
 
@@ -638,14 +638,14 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
     at = np.where(hit, pos, 0) if n else np.zeros(len(pos), dtype=np.int64)
     out = {}
 
-    def keep(name, values, missing=None):
+    def keep(name, values, missing=None, rows=at):
         """The state at the wanted rows only."""
         if isinstance(values, _Categories):
             code = np.where(hit, values.code[at], -1) if n else np.full(len(pos), -1)
             out[name] = pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32), mask=code < 0), values.uniques)
         else:
-            v = values[at] if n else np.zeros(len(pos), dtype=values.dtype)
-            mask = ~hit if missing is None else ~hit | missing[at] if n else ~hit
+            v = values[rows] if n else np.zeros(len(pos), dtype=values.dtype)
+            mask = ~hit if missing is None else ~hit | missing[rows] if n else ~hit
             out[name] = pa.array(v, mask=mask)
 
     keep("n", (idx - start + 1).astype(np.float64))
@@ -656,6 +656,11 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
     tf = tl[np.minimum(first_timed, max(n - 1, 0))] if n else tl
     keep("tf", tf, idx < first_timed)
     scans = {"cumsum": {}, "cummin": {}, "cummax": {}}  # column name -> values, scanned per group in 2-D
+    # The scans are read at the query rows only: the rows are first reduced stretch by stretch, a stretch
+    # ending at a query row or a group's end, and only those partial results are scanned per group.
+    cuts = np.unique(np.r_[starts, pos[hit] + 1])
+    cuts = cuts[cuts < n]
+    stretch = np.searchsorted(cuts, at, side="right") - 1  # the stretch that ends at each query's row
 
     def flush(how: str, at_least: int = 1) -> None:
         """Exact per-group scans of the pending columns, a few at a time in one 2-D pass."""
@@ -666,11 +671,13 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
         matrix = np.empty((n, len(names)), order="F")  # column by column: each column contiguous
         for j, name in enumerate(names):
             matrix[:, j] = cols.pop(name)
-        scanned = getattr(pd.DataFrame(matrix, copy=False).groupby(gid, sort=False), how)().to_numpy()
+        reduce = {"cumsum": np.add, "cummin": np.minimum, "cummax": np.maximum}[how]
+        parts = reduce.reduceat(matrix, cuts, axis=0) if n else matrix
         del matrix
+        scanned = getattr(pd.DataFrame(parts, copy=False).groupby(gid[cuts], sort=False), how)().to_numpy()
         for j, name in enumerate(names):
             v = scanned[:, j]
-            keep(name, v, None if how == "cumsum" else np.isinf(v))
+            keep(name, v, None if how == "cumsum" else np.isinf(v), rows=stretch)
 
     for i, prims in need.items():
         for how in scans:
