@@ -406,24 +406,25 @@ class _Compiler:
     # -- the seed's tree: fetched once, gathered at the end ------------------------------------------
     def assemble(self, node: Node, q: str) -> Callable[[np.ndarray], list[pa.Array]]:
         """Steps that compute ``node``'s features for the query rows ``q``, and a function that gathers
-        them for given ``qid`` positions (-1: missing) once the steps have run."""
+        them for given ``qid`` positions (-1: missing) once the steps have run, letting go of each
+        fetched table once it is gathered."""
         t = self.schema.table(node.table)
         b = self.bases[t.name]
         parts = []
         if node.own:
             own = self.fetch(f"columns {t.name}", f"SELECT q.qid, {', '.join(f'b.{self.col(t, c)} AS c{m}' for m, c in enumerate(node.own))} "
                                                   f"FROM {q} q JOIN {b} b ON b.__rid = q.k")
-            parts.append(lambda idx, own=own: _gather(self.fetched[own], idx))
+            parts.append(lambda idx, own=own: _gather(self.fetched.pop(own), idx))
         for lk in node.lookups:
             ql = self.lookup_query(t, lk, q)
             link = self.fetch(f"link {t.name}.{lk.fk}",
                               f"SELECT q.qid, l.qid AS pq FROM {q} q JOIN {b} b ON b.__rid = q.k "
                               f"JOIN {ql} l ON l.k = b.{self.fk(t, lk.fk)} AND l.cutoff = q.cutoff")
             sub = self.assemble(lk.node, ql)
-            parts.append(lambda idx, link=link, sub=sub: sub(_compose(self.fetched[link], idx)))
+            parts.append(lambda idx, link=link, sub=sub: sub(_compose(self.fetched.pop(link), idx)))
         for ag in node.aggs:
             fa = self.fetch(f"aggregate {ag.label}", self.aggregate(ag, q, cast=True))
-            parts.append(lambda idx, fa=fa: _gather(self.fetched[fa], idx))
+            parts.append(lambda idx, fa=fa: _gather(self.fetched.pop(fa), idx))
         return lambda idx: [col for part in parts for col in part(idx)]
 
     # -- aggregates: a SELECT of (qid, k, cutoff, c0..cm) for every row of q -------------------------
@@ -805,8 +806,12 @@ def compute_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int =
                  len(comp.steps), time.perf_counter() - start)
     finally:
         con.close()
-    cols = [c.dictionary_encode() if f.dtype == "category" else c for c, f in zip(cols, plan.features)]
-    return pa.table(cols, names=names).to_pandas(split_blocks=True, self_destruct=True)
+    table = pa.table([c.dictionary_encode() if f.dtype == "category" else c for c, f in zip(cols, plan.features)],
+                     names=names)
+    del cols  # the table holds the only reference, so the conversion frees each column as it goes
+    return table.to_pandas(split_blocks=True, self_destruct=True)
+
+
 def _unique(names: list[str]) -> list[str]:
     seen: dict[str, int] = {}
     out = []
