@@ -1,9 +1,11 @@
-"""The shared engine: offline store == online sampling, corrupt or stale stores rebuilt, layer-wise ==
-full-graph forward, prefetching keeps batches and order, engine=auto decides and logs. No timing here."""
+"""The shared engine: offline store == online sampling (edge ids and r2ne edge features included),
+corrupt or stale stores rebuilt, layer-wise == full-graph forward, prefetching keeps batches and order,
+engine=auto decides and logs. No timing here."""
 import json
 import logging
 import threading
 
+import dgl
 import numpy as np
 import pytest
 import torch
@@ -50,6 +52,11 @@ def assert_same_batches(a, b):
             for et in blk_a.canonical_etypes:
                 for x, y in zip(blk_a.edges(etype=et), blk_b.edges(etype=et)):
                     assert torch.equal(x, y), et
+                # edge ids, and the edge features of featured (r2ne link) edge types
+                ea, eb = blk_a.edges[et].data, blk_b.edges[et].data
+                assert sorted(ea.keys()) == sorted(eb.keys()) and dgl.EID in ea.keys(), et
+                for k in ea.keys():
+                    assert torch.equal(ea[k], eb[k]), (et, k)
         assert inp_a[1].keys() == inp_b[1].keys()
         for t in inp_a[1]:
             assert torch.equal(inp_a[1][t]["num"], inp_b[1][t]["num"]), t
@@ -64,6 +71,10 @@ def test_store_replays_online_batches(data, cache_mb, tmp_path, monkeypatch):
     stored = epochs_of(offline)
     for a, b in zip(online, stored):
         assert_same_batches(a, b)
+    # the graph is r2ne: the replayed batches carry link-row edge features, not just edge ids
+    featured = data.graph.edge_features
+    assert featured and any(len(blk.edges[et].data["num"])
+                            for (inp, _) in stored[0] for blk in inp[0] for et in featured)
     assert len(list(tmp_path.glob("store/*/manifest.json"))) == 1
     # a second source (another model of a sweep) reuses the store rather than sampling again
     again = GraphSource(data, 64, engine={"mode": "offline", "store_epochs": 2, "cache_mb": cache_mb})

@@ -5,6 +5,8 @@ reach 0.7, and the tabular models, which on single-table features see only the u
 columns, must run and give finite metrics but stay below the GNNs. On ``purchase-count`` (regression,
 kind-A purchases in the next two weeks) every GNN must beat the MAE of predicting the training mean.
 With ``features=dfs`` (aggregates over the user's purchases) the tabular models must beat both too.
+The graph is r2ne, so every GNN trains with the purchases as featured edges; a planted column that
+only the link rows carry shows that the edge features are used.
 """
 import functools
 import math
@@ -23,7 +25,7 @@ from fourdb.run import run_experiment
 GNNS = ["sage", "gat", "hgt", "pna", "rgcn"]
 TABULAR = ["mlp", "deepfm", "fttransformer", "gbdt"]
 SIZE = 200
-COMMON = ["dataset=synthetic", f"dataset.params.size={SIZE}", "sampler=recent", "sampler.fanouts=[5,5]",
+COMMON = ["dataset=synthetic", f"dataset.params.size={SIZE}", "graph=r2ne", "sampler=recent", "sampler.fanouts=[5,5]",
           "trainer.progress=false", "trainer.epochs=3", "trainer.patience=3", "trainer.batch_size=256"]
 needs_dfs = pytest.mark.skipif("dfs" not in FEATURES, reason="features=dfs is not registered")
 
@@ -106,25 +108,99 @@ def test_tabular_model_on_dfs_features_beats_trivial_baselines(model):
     assert mae < baseline, (model, mae, baseline)
 
 
-@pytest.fixture(scope="module")
-def small_graph(synthetic_db):
+@functools.cache
+def graph_data(kind: str):
+    from fourdb.datasets import load_dataset
     from fourdb.run import graph_inputs, subsample
     from fourdb.tasks import load_task
 
-    task = load_task(synthetic_db, "synthetic", "taste")
-    return graph_inputs(config("dataset=synthetic", "task=taste", "sampler.fanouts=[4,3]"), synthetic_db, task,
+    db = load_dataset("synthetic", size=150)
+    task = load_task(db, "synthetic", "taste")
+    return graph_inputs(config("dataset=synthetic", "task=taste", f"graph={kind}", "sampler.fanouts=[4,3]"), db, task,
                         subsample(task, 200, 60, 0))
+
+
+@pytest.fixture(scope="module")
+def small_graph():
+    return graph_data("r2ne")
 
 
 @pytest.mark.parametrize("model", GNNS)
 def test_gnn_layerwise_inference_equals_full_graph_forward(model, small_graph):
-    """Each GNN exposes encode / layer / readout, so exact layer-wise evaluation works for all of them."""
+    """Each GNN exposes encode / layer / readout, so exact layer-wise evaluation works for all of them,
+    with r2ne edge features: it equals the full-graph forward and the node-wise full-fanout forward."""
     from fourdb.engine.layerwise import full_graph_forward, layerwise_inference
+    from fourdb.engine.loader import GraphSource
 
     torch.manual_seed(0)
     module = create_model(model, TaskInfo("binary", 2, "auroc")).build(small_graph).eval()
+    assert small_graph.graph.kind == "r2ne" and module.edge_encoders is not None
     lw = layerwise_inference(module, small_graph, "val")
     assert torch.allclose(lw, full_graph_forward(module, small_graph, "val"), atol=1e-4)
+    source = GraphSource(small_graph, 40)
+    source.sampler = small_graph.sampler.with_fanouts([-1, -1])
+    with torch.no_grad():
+        nodewise = torch.cat([module(*inputs) for inputs in source.batches("val")])
+    assert torch.allclose(lw, nodewise, atol=1e-4), (lw - nodewise).abs().max()
+
+
+def _edge_features(data, change):
+    """``data`` with each featured edge type's link-row columns replaced by ``change(numeric, categorical)``."""
+    import dataclasses
+
+    from fourdb.features.columns import EncodedTable
+
+    feats = {et: EncodedTable(*change(f.numeric, f.categorical), f.cardinalities)
+             for et, f in data.graph.edge_features.items()}
+    return dataclasses.replace(data, graph=dataclasses.replace(data.graph, edge_features=feats))
+
+
+@pytest.mark.parametrize("model", GNNS)
+def test_gnn_output_depends_on_edge_features(model, small_graph):
+    """Shuffling the link rows' columns over the edges changes the predictions; r2n has no edge features."""
+    from fourdb.engine.layerwise import layerwise_inference
+
+    torch.manual_seed(0)
+    module = create_model(model, TaskInfo("binary", 2, "auroc")).build(small_graph).eval()
+    perm = np.random.default_rng(0).permutation(len(next(iter(small_graph.graph.edge_features.values())).numeric))
+    shuffled = _edge_features(small_graph, lambda num, cat: (num[perm], cat[perm]))
+    lw = layerwise_inference(module, small_graph, "val")
+    assert not torch.allclose(lw, layerwise_inference(module, shuffled, "val"), atol=1e-5)
+    r2n = graph_data("r2n")
+    assert not r2n.graph.edge_features
+    assert create_model(model, TaskInfo("binary", 2, "auroc")).build(r2n).edge_encoders is None
+
+
+def test_gnn_learns_from_a_column_only_link_rows_carry():
+    """Planted: items all look alike and the purchase row's quantity says the item's kind (which the
+    taste label is about). With its edge features a GNN reads the kind; with them blanked it is blind."""
+    from sklearn.metrics import roc_auc_score
+
+    from fourdb.datasets import load_dataset
+    from fourdb.rdb import Database
+    from fourdb.run import graph_inputs, subsample
+    from fourdb.tasks import load_task
+    from fourdb.train.trainer import TrainerConfig
+
+    db = load_dataset("synthetic", size=150)
+    task = load_task(db, "synthetic", "taste")  # labels from the true kinds
+    tables = dict(db.tables)
+    kind = tables["items"].set_index("item_id")["kind"]
+    tables["purchases"] = tables["purchases"].assign(
+        quantity=np.where(tables["purchases"]["item_id"].map(kind) == "A", 1.0, 3.0))
+    tables["items"] = tables["items"].assign(kind="A", price=1.0)
+    splits = subsample(task, 1500, 300, 0)
+    data = graph_inputs(config("dataset=synthetic", "task=taste", "graph=r2ne", "sampler=recent",
+                               "sampler.fanouts=[5,5]"), Database(db.schema, tables), task, splits)
+    blind = _edge_features(data, lambda num, cat: (np.zeros_like(num), np.zeros_like(cat)))
+    y = splits["test"]["label"].to_numpy()
+    auroc = {}
+    for name, d in (("edge features", data), ("blanked", blind)):
+        torch.manual_seed(0)
+        model = create_model("sage", TaskInfo("binary", 2, "auroc")).fit(
+            d, TrainerConfig(epochs=3, batch_size=256, progress=False))
+        auroc[name] = roc_auc_score(y, model.predict(d, "test"))
+    assert auroc["edge features"] >= 0.75 and auroc["edge features"] >= auroc["blanked"] + 0.15, auroc
 
 
 @pytest.mark.parametrize("model", ["mlp", "gat"])

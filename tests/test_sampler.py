@@ -9,6 +9,7 @@ database by brute force.
 import tempfile
 from collections import Counter
 
+import dgl
 import numpy as np
 import pandas as pd
 import pytest
@@ -111,6 +112,12 @@ def check_batch(batch, graph, truth, fanouts, strategy, seed_type, seeds, cutoff
                 assert (cs == cuts[dst_t][d]).all(), f"hop {i} {et}: a neighbour did not inherit its seed's cutoff"
                 st_ = graph.node_time(src_t)[gs]
                 assert ((st_ <= cs) | (st_ == ALWAYS)).all(), f"hop {i} {et}: sampled a row from after the cutoff"
+                # each block edge names the graph edge it was sampled as: its ends, known at the cutoff, once
+                eid = block.edges[et].data[dgl.EID].numpy()
+                g_src, g_dst, g_time = graph.edges(et)
+                assert (g_src[eid] == gs).all() and (g_dst[eid] == nodes[dst_t][d]).all(), f"hop {i} {et}: wrong ids"
+                assert (g_time[eid] <= cs).all(), f"hop {i} {et}: an edge from after the cutoff"
+                assert len(set(zip(eid, d))) == len(eid), f"hop {i} {et}: an edge sampled twice for one destination"
             by_dst = {}
             for src, dl in zip(gs, d):
                 by_dst.setdefault(dl, []).append(src)
@@ -266,7 +273,7 @@ def test_uniform_is_a_uniform_subset_without_duplicates(tiny):
 
 
 # ---------------------------------------------------------------------------------------------------
-# determinism, hidden edge types and the planted future leak on real task seeds
+# determinism, hidden edge types, edge features and the planted future leak on real task seeds
 
 
 def _batch_signature(batch):
@@ -395,3 +402,39 @@ def test_planted_future_audits_are_never_sampled(synthetic_db, synthetic_graphs,
                 assert (taken == np.minimum(past, 1)).all()
                 if strategy == "recent":  # exactly the last audit, six days before the cutoff
                     assert (audited[nodes[s]] == cutoffs[d] - 6 * day).all()
+
+
+def test_sampled_link_edges_carry_their_link_rows(synthetic_db):
+    """r2ne: the features a sampled purchase edge gets (loader) are its own purchase row's encoded
+    columns and its age at the seed's cutoff, and that purchase is known at the cutoff."""
+    from fourdb.engine.loader import GraphSource
+    from fourdb.run import graph_inputs
+
+    task = load_task(synthetic_db, "synthetic", "taste")
+    cfg = OmegaConf.create({"graph": {"kind": "r2ne"}, "sampler": {"fanouts": [4, 4], "strategy": "uniform"}})
+    data = graph_inputs(cfg, synthetic_db, task, {s: task.split(s) for s in ("train", "val", "test")})
+    source = GraphSource(data, 100)
+    batch = source.sample("train", np.arange(100), np.random.default_rng(0))
+    source.gather(batch)
+    purchases = synthetic_db.tables["purchases"]
+    enc = data.graph.encoders["purchases"].transform(purchases)  # every purchase is an edge, in table order
+    bought = to_epoch_seconds(purchases["purchased_at"])
+    keys = {t: synthetic_db.tables[t][k].to_numpy() for t, k in (("users", "user_id"), ("items", "item_id"))}
+    nodes = {t: v.numpy() for t, v in batch.input_nodes.items()}
+    cuts = {t: v.numpy() for t, v in batch.input_cutoffs.items()}
+    seen = set()
+    for block in batch.blocks:
+        for et in data.graph.edge_features:
+            s, d = (x.numpy() for x in block.edges(etype=et))
+            eid, x = block.edges[et].data[dgl.EID].numpy(), block.edges[et].data
+            ends = {et[0]: keys[et[0]][nodes[et[0]][s]], et[2]: keys[et[2]][nodes[et[2]][d]]}
+            assert (purchases["user_id"].to_numpy()[eid] == ends["users"]).all(), et
+            assert (purchases["item_id"].to_numpy()[eid] == ends["items"]).all(), et
+            cut = cuts[et[2]][d]
+            assert (bought[eid] <= cut).all(), f"{et}: a purchase from after the seed's cutoff"
+            assert np.array_equal(x["num"][:, :-2].numpy(), enc.numeric[eid]), et
+            assert np.array_equal(x["cat"].numpy(), enc.categorical[eid]), et
+            assert np.allclose(x["num"][:, -2].numpy(), np.log1p((cut - bought[eid]) / 86400), atol=1e-5), et
+            if len(eid):
+                seen.add(et)
+    assert seen == set(data.graph.edge_features)  # both directions, not vacuously

@@ -6,6 +6,7 @@ masked as the task says and their hidden edge types dropped. Instead of expandin
 neighbourhood separately (node-wise, where shared neighbours are recomputed once per batch and per
 seed), this computes each layer once for all nodes it needs at t: layer l runs over the rows within
 L - l hops of that cutoff's seeds (the rest of "all nodes" cannot reach a seed), every row once.
+Its blocks carry edge ids and the edge features of featured edge types, as sampled blocks do.
 
 The module exposes its parts (``fourdb.models.gnn.HeteroGNN`` does): ``encode(feats) -> h``,
 ``layer(i, block, h) -> h`` (one message passing step, exactly as its forward runs it),
@@ -16,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fourdb.engine.loader import GraphData, input_rows, relative_time, row_features
+from fourdb.engine.loader import GraphData, add_edge_features, input_rows, relative_time, row_features
 from fourdb.engine.sampler import make_block
 
 
@@ -108,11 +109,14 @@ def _one_cutoff(module, data: GraphData, arr: _GraphArrays, seeds: np.ndarray, c
              for t in arr.ntypes}
     h = encode(feats)
     for l in range(1, L + 1):
-        rel = {}
+        rel, eids = {}, {}
         for et, (src, dst, _) in arr.edges.items():
             sel = masks[et] & (real[et[2]][dst] >= l)
             rel[et] = (torch.from_numpy(pos[et[0]][src[sel]]), torch.from_numpy(pos[et[2]][dst[sel]]))
-        block = make_block(rel, {t: count[t][l - 1] for t in arr.ntypes}, {t: count[t][l] for t in arr.ntypes}, device)
+            eids[et] = torch.from_numpy(np.nonzero(sel)[0])
+        block = make_block(rel, {t: count[t][l - 1] for t in arr.ntypes}, {t: count[t][l] for t in arr.ntypes},
+                           device, eids)
+        add_edge_features(data, [block], {t: np.full(count[t][l], cutoff, np.int64) for t in arr.ntypes})
         h = layer(l - 1, block, h)
     return readout(h, len(seeds))
 
@@ -156,7 +160,8 @@ def full_graph_forward(module, data: GraphData, split: str, device="cpu") -> tor
         rel = {et: (torch.from_numpy(pos[et[0]][src[masks[et]]]), torch.from_numpy(pos[et[2]][dst[masks[et]]]))
                for et, (src, dst, _) in arr.edges.items()}
         n = {x: int(v) for x, v in arr.num_nodes.items()}
-        block = make_block(rel, n, n, device)
+        block = make_block(rel, n, n, device, {et: torch.from_numpy(np.nonzero(m)[0]) for et, m in masks.items()})
+        add_edge_features(data, [block], {x: np.full(v, t, np.int64) for x, v in n.items()})
         feats = {x: _features(data, x, order[x], int(t), len(s) if x == st else 0, device) for x in arr.ntypes}
         y = module([block] * L, feats)[: len(s)]
         if out is None:

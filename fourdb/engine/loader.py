@@ -2,7 +2,10 @@
 
 Features of a block's input nodes are gathered from the graph's encoded tables; the seed rows
 themselves take the task's masked encoding (a row-column task hides the columns not known at the
-cutoff). Each input node also gets its age at its cutoff, so a model can weigh recent rows.
+cutoff). Each input node also gets its age at its cutoff, so a model can weigh recent rows. Edges of
+a featured edge type (an r2ne link table) get theirs the same way, by the edge ids the sampled blocks
+carry: the link row's encoded columns and the edge's age at its destination's cutoff, set on the
+block's edges (``edata["num"]``, ``edata["cat"]``).
 
 ``GraphSource`` is what the trainer pulls from. How it makes training batches is the engine's choice
 (``EngineConfig``): sampled online every epoch, or replayed from an offline store sampled once (the
@@ -16,6 +19,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+import dgl
 import numpy as np
 import torch
 
@@ -54,12 +58,32 @@ def row_features(data: GraphData, ntype: str, rows: np.ndarray) -> tuple[np.ndar
     return num, cat
 
 
+def age(times: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
+    """[log(1 + age in days at the cutoff), is static] per row, float32."""
+    static = times == ALWAYS
+    days = np.where(static, 0.0, (cutoffs - times) / SECONDS_PER_DAY)
+    return np.stack([np.log1p(np.clip(days, 0, None)), static.astype(np.float64)], 1).astype(np.float32)
+
+
 def relative_time(data: GraphData, ntype: str, nodes: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
-    """[log(1 + age in days at the cutoff), is static] per (node, cutoff) pair, float32."""
-    node_t = data.graph.node_time(ntype)[nodes]
-    static = node_t == ALWAYS
-    age = np.where(static, 0.0, (cutoffs - node_t) / SECONDS_PER_DAY)
-    return np.stack([np.log1p(np.clip(age, 0, None)), static.astype(np.float64)], 1).astype(np.float32)
+    """``age`` of each (node, cutoff) pair."""
+    return age(data.graph.node_time(ntype)[nodes], cutoffs)
+
+
+def add_edge_features(data: GraphData, blocks: list, cutoffs: dict[str, np.ndarray]) -> None:
+    """Set each featured edge type's inputs on ``blocks``: ``edata["num"]`` (the link row's numeric
+    columns, then the edge's ``age`` at its destination's cutoff) and ``edata["cat"]``, read by the edge
+    ids the blocks carry. ``cutoffs``: per type, the cutoff of each local node id (every block's nodes
+    of a type are a prefix of the first block's sources)."""
+    g = data.graph
+    none = np.zeros(0, np.int64)
+    for block in blocks:
+        for et, table in g.edge_features.items():
+            eid = block.edges[et].data[dgl.EID].cpu().numpy()
+            dst = block.edges(etype=et)[1].cpu().numpy()
+            num = np.concatenate([table.numeric[eid], age(g.edge_time(et)[eid], cutoffs.get(et[2], none)[dst])], 1)
+            block.edges[et].data["num"] = torch.from_numpy(num).to(block.device)
+            block.edges[et].data["cat"] = torch.from_numpy(table.categorical[eid]).to(block.device)
 
 
 def input_rows(data: GraphData, ntype: str, nodes: np.ndarray, num_seeds: int) -> np.ndarray:
@@ -127,12 +151,15 @@ class GraphSource:
         return (batch.blocks, self.gather(batch)), batch
 
     def gather(self, batch) -> dict[str, dict[str, torch.Tensor]]:
+        """Input node features per type; featured edges get theirs on the batch's blocks."""
         d, out = self.data, {}
+        cutoffs = {t: c.cpu().numpy() for t, c in batch.input_cutoffs.items()}
         for ntype, nodes in batch.input_nodes.items():
             ids = nodes.cpu().numpy()
             num, cat = row_features(d, ntype, input_rows(d, ntype, ids, batch.num_seeds if ntype == d.seed_type else 0))
-            rel = relative_time(d, ntype, ids, batch.input_cutoffs[ntype].cpu().numpy())
+            rel = relative_time(d, ntype, ids, cutoffs[ntype])
             out[ntype] = {"num": torch.from_numpy(np.concatenate([num, rel], 1)), "cat": torch.from_numpy(cat)}
+        add_edge_features(d, batch.blocks, cutoffs)
         return out
 
     def train_batch(self, idx: np.ndarray, seed: int):

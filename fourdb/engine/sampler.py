@@ -11,6 +11,9 @@ All array work is torch, so the same code runs on the CPU or, with ``device="cud
 index lives on that device and the blocks are built there). Random numbers always come from the
 caller's ``numpy.random.Generator`` (drawn on the host, one array per edge type and hop), so a seed
 fixes the sample on every device alike.
+
+Every block edge carries its original id within its edge type (``block.edges[et].data[dgl.EID]``), so
+the loader can read the edge's own features (the link row of an r2ne edge) and its time.
 """
 from __future__ import annotations
 
@@ -102,16 +105,17 @@ def build_edge_index(graph: RelGraph) -> tuple[dict, TimeCoder]:
     return index, coder
 
 
-def make_block(edges: dict, num_src: dict, num_dst: dict, device=None):
+def make_block(edges: dict, num_src: dict, num_dst: dict, device=None, eids: dict | None = None):
     """``dgl.create_block`` for edges whose ids are known valid, without its per-relation DGLGraph.
 
     ``dgl.create_block`` validates every edge list (a max over it) and builds a whole DGLGraph per
     edge type only to take its index; for a batch's blocks that costs as much as sampling them. This
     builds the same block from the same DGL index functions. Falls back to ``dgl.create_block`` where
-    those internals differ.
+    those internals differ. ``eids`` (edge type -> ids, every edge type) become ``edata[dgl.EID]``.
     """
     try:
         from dgl import graph_index, heterograph_index, utils
+        from dgl.frame import Frame
         from dgl.heterograph import DGLBlock
 
         srctypes, dsttypes = sorted(num_src), sorted(num_dst)
@@ -124,10 +128,15 @@ def make_block(edges: dict, num_src: dict, num_dst: dict, device=None):
         metagraph = graph_index.from_coo(len(srctypes) + len(dsttypes), [src_id[r[0]] for r in relations],
                                          [dst_id[r[2]] for r in relations], True)
         counts = utils.toindex([int(num_src[t]) for t in srctypes] + [int(num_dst[t]) for t in dsttypes], "int64")
+        # edge data given as frames at construction: setting it per edge type afterwards costs more than the block
+        frames = None if eids is None else [Frame({dgl.EID: eids[r]}, num_rows=len(eids[r])) for r in relations]
         block = DGLBlock(heterograph_index.create_heterograph_from_relations(metagraph, rel, counts),
-                         (srctypes, dsttypes), [r[1] for r in relations])
+                         (srctypes, dsttypes), [r[1] for r in relations], edge_frames=frames)
     except (ImportError, AttributeError, TypeError):  # pragma: no cover - another DGL version
-        return dgl.create_block(edges, num_src_nodes=num_src, num_dst_nodes=num_dst, device=device)
+        block = dgl.create_block(edges, num_src_nodes=num_src, num_dst_nodes=num_dst, device=device)
+        for et, ids in (eids or {}).items():
+            block.edges[et].data[dgl.EID] = ids.to(block.device)
+        return block
     return block if device is None else block.to(device)
 
 
@@ -256,7 +265,7 @@ class TemporalSampler:
                     src_keys.setdefault(et[0], None)
                 if n == 0:
                     for et in ix.etypes:
-                        by_src.setdefault(et[0], []).append((et, empty, empty))
+                        by_src.setdefault(et[0], []).append((et, empty, empty, empty))
                     continue
                 nodes, ranks = dst_keys // n_cut, dst_keys % n_cut
                 # every (edge type, pair) at once: slot j of pair i is query j * n + i
@@ -268,22 +277,24 @@ class TemporalSampler:
                         if et in hidden_etypes or et[1] in hidden_etypes:
                             counts[j * n: j * n + len(seeds)] = 0
                 rows, offsets = self._draw(counts, fanout, rng)
-                nbr = ix.src[lo[rows] + offsets]
+                at = lo[rows] + offsets
                 dst_rows = rows % n
-                pairs = nbr * n_cut + ranks[dst_rows]
+                pairs = ix.src[at] * n_cut + ranks[dst_rows]
                 sizes = torch.bincount(rows // n, minlength=k).tolist()  # rows ascend: grouped by slot
-                for et, p, d in zip(ix.etypes, torch.split(pairs, sizes), torch.split(dst_rows, sizes)):
-                    by_src.setdefault(et[0], []).append((et, p, d))
+                for et, p, d, e in zip(ix.etypes, *(torch.split(x, sizes) for x in (pairs, dst_rows, ix.eid[at]))):
+                    by_src.setdefault(et[0], []).append((et, p, d, e))
             # per source type: its destination pairs first, then the new neighbour pairs (sorted); one
             # unique with inverse gives both the new pairs and every edge's local source id
-            src_unique, block_edges = {}, {}
+            src_unique, block_edges, block_eids = {}, {}, {}
             for t in src_keys:
                 dst_part = frontier.get(t, empty)
                 items = by_src.get(t, [])
-                nbrs = torch.cat([p for _, p, _ in items]) if items else empty
+                for et, _, _, e in items:
+                    block_eids[et] = e
+                nbrs = torch.cat([p for _, p, _, _ in items]) if items else empty
                 if not len(nbrs):
                     src_unique[t] = dst_part
-                    for et, _, d in items:
+                    for et, _, d, _ in items:
                         block_edges[et] = (empty, d)
                     continue
                 uniq, inv = torch.unique(torch.cat([dst_part, nbrs]), return_inverse=True)
@@ -294,13 +305,14 @@ class TemporalSampler:
                 pos[new] = nd + torch.arange(int(new.sum()), device=dev)
                 src_unique[t] = torch.cat([dst_part, uniq[new]])
                 local = pos[inv[nd:]]
-                for (et, _, d), loc in zip(items, torch.split(local, [len(p) for _, p, _ in items])):
+                for (et, _, d, _), loc in zip(items, torch.split(local, [len(p) for _, p, _, _ in items])):
                     block_edges[et] = (loc, d)
             num_src = {t: len(src_unique.get(t, ())) for t in self.graph.ntypes}
             num_dst = {t: len(frontier.get(t, ())) for t in self.graph.ntypes}
             for et in self.graph.canonical_etypes:
                 block_edges.setdefault(et, (empty, empty))
-            blocks.insert(0, make_block(block_edges, num_src, num_dst, dev))
+                block_eids.setdefault(et, empty)
+            blocks.insert(0, make_block(block_edges, num_src, num_dst, dev, block_eids))
             frontier = src_unique
         input_nodes = {t: k // n_cut for t, k in frontier.items()}
         input_cutoffs = {t: cut_values[k % n_cut] for t, k in frontier.items()}

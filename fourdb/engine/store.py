@@ -8,11 +8,13 @@ trainer's random generator (so the seed). Training then replays them: the same b
 as online sampling from the same generator, with no sampling and no random feature reads. A sweep
 over models with the same seed reuses one store.
 
-Per epoch the files hold each batch's blocks (edge lists per edge type and layer, node counts per
-type), its input rows and relative-time features, and its cold feature rows packed contiguously in
-batch order. Feature rows are ranked by how often the offline pass read them; the most read ones, up
-to ``cache_mb``, form the hot tier, loaded whole into fast memory (the GPU when training runs there,
-else RAM); the others stay memory-mapped, packed per batch so an epoch reads them sequentially.
+Per epoch the files hold each batch's blocks (edge lists with the sampled edges' ids per edge type and
+layer, node counts per type), its input rows with their cutoffs and relative-time features, and its
+cold feature rows packed contiguously in batch order. Feature rows are ranked by how often the offline
+pass read them; the most read ones, up to ``cache_mb``, form the hot tier, loaded whole into fast
+memory (the GPU when training runs there, else RAM); the others stay memory-mapped, packed per batch
+so an epoch reads them sequentially. Edge features (r2ne link rows) are read on replay from the graph
+in RAM by the stored edge ids and cutoffs, by the same function as online sampling.
 
 ``manifest.json`` (written last, atomically, after the data files) lists every file with its size and
 sha256. Opening a store checks the manifest's key and version and every checksum: a missing, corrupt
@@ -30,16 +32,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import dgl
 import numpy as np
 import torch
 from filelock import FileLock
 
-from fourdb.engine.loader import input_rows, relative_time, row_features
+from fourdb.engine.loader import add_edge_features, input_rows, relative_time, row_features
 from fourdb.engine.pipeline import prefetch
 from fourdb.engine.sampler import make_block
 from fourdb.utils import atomic_write_text, cache_root, stable_hash
 
-STORE_VERSION = 1
+STORE_VERSION = 2  # 2: edge ids in the edge lists, input cutoffs
 log = logging.getLogger("fourdb")
 
 
@@ -94,6 +97,9 @@ class _Layout:
         self.ntypes = list(graph.ntypes)
         self.etypes = list(graph.canonical_etypes)
         self.L = num_layers
+        # edge lists are rows (local src, local dst, edge id): int32 unless an edge type has more edges
+        most = max((graph.g.num_edges(et) for et in self.etypes), default=0)
+        self.dtype = np.int32 if most < 2 ** 31 else np.int64
         self.n_et, self.n_nt = len(self.etypes), len(self.ntypes)
         # per layer: edge counts per etype, num_src per ntype, num_dst per ntype; then input-type presence
         self.width = self.L * (self.n_et + 2 * self.n_nt) + self.n_nt
@@ -106,13 +112,14 @@ class _Layout:
             for i, et in enumerate(self.etypes):
                 s, d = block.edges(etype=et)
                 meta[base + i] = len(s)
-                edges.append(np.stack([s.cpu().numpy(), d.cpu().numpy()]).astype(np.int32))
+                ids = block.edges[et].data[dgl.EID]
+                edges.append(np.stack([x.cpu().numpy() for x in (s, d, ids)]).astype(self.dtype))
             for i, t in enumerate(self.ntypes):
                 meta[base + self.n_et + i] = block.num_src_nodes(t)
                 meta[base + self.n_et + self.n_nt + i] = block.num_dst_nodes(t)
         for i, t in enumerate(self.ntypes):
             meta[self.L * (self.n_et + 2 * self.n_nt) + i] = int(t in batch.input_nodes)
-        return meta, np.concatenate(edges, 1) if edges else np.zeros((2, 0), np.int32)
+        return meta, np.concatenate(edges, 1) if edges else np.zeros((3, 0), self.dtype)
 
     def counts(self, meta: np.ndarray, l: int):
         base = l * (self.n_et + 2 * self.n_nt)
@@ -125,12 +132,13 @@ class _Layout:
         out, pos = [], 0
         for l in range(self.L):
             counts, num_src, num_dst = self.counts(meta, l)
-            rel = {}
+            rel, eids = {}, {}
             for i, et in enumerate(self.etypes):
                 c = int(counts[i])
-                rel[et] = (edges[0, pos:pos + c], edges[1, pos:pos + c])
+                rel[et], eids[et] = (edges[0, pos:pos + c], edges[1, pos:pos + c]), edges[2, pos:pos + c]
                 pos += c
-            out.append(make_block(rel, dict(zip(self.ntypes, num_src.tolist())), dict(zip(self.ntypes, num_dst.tolist()))))
+            out.append(make_block(rel, dict(zip(self.ntypes, num_src.tolist())),
+                                  dict(zip(self.ntypes, num_dst.tolist())), eids=eids))
         return out
 
     def present(self, meta: np.ndarray) -> np.ndarray:
@@ -226,6 +234,7 @@ class BatchStore:
                 cold[b] = [(s[cuts[i]:cuts[i + 1]] < 0).sum() for i in range(lay.n_nt)]
             self._epochs[k] = {
                 "meta": meta, "edges": self._load(f"e{k}.edges.npy"), "slot": slot, "rel": self._load(f"e{k}.rel.npy"),
+                "cut": self._load(f"e{k}.cut.npy"),
                 "idx": self._load(f"e{k}.idx.npy"),
                 "edge_off": np.concatenate([[0], np.cumsum(ecount)]), "row_off": row_off,
                 "seed_off": np.concatenate([[0], np.cumsum(meta[:, self._seed_col()])]),
@@ -249,16 +258,17 @@ class BatchStore:
             self._hot[i] = (num, cat)
         return self._hot[i]
 
-    def load_batch(self, k: int, b: int, labels: np.ndarray):
+    def load_batch(self, k: int, b: int, data):
         lay, e = self.layout, self._epoch(k)
         meta = e["meta"][b]
         blocks = lay.blocks(meta, e["edges"][:, e["edge_off"][b]:e["edge_off"][b + 1]])
         _, n_in, _ = lay.counts(meta, 0)
         present = lay.present(meta)
-        feats, r = {}, e["row_off"][b]
+        feats, cutoffs, r = {}, {}, e["row_off"][b]
         for i, t in enumerate(lay.ntypes):
             n = int(n_in[i])
             if present[i]:
+                cutoffs[t] = np.asarray(e["cut"][r:r + n])
                 slot = np.asarray(e["slot"][r:r + n])
                 hot_num, hot_cat = self._hot_tier(i)
                 c0, c1 = e["cold_off"][b, i], e["cold_off"][b + 1, i]
@@ -285,17 +295,17 @@ class BatchStore:
                     rel_t = torch.from_numpy(np.array(e["rel"][r:r + n])).to(dev)
                     feats[t] = {"num": torch.cat([num, rel_t], 1), "cat": cat}
             r += n
+        add_edge_features(data, blocks, cutoffs)
         idx = np.asarray(e["idx"][e["seed_off"][b]:e["seed_off"][b + 1]])
-        return (blocks, feats), torch.as_tensor(labels[idx])
+        return (blocks, feats), torch.as_tensor(data.labels["train"][idx])
 
     def epoch_batches(self, source, rng, workers: int, depth: int):
         h = rng_state_hash(rng)
         k = self.states.index(h) if h in self.states else (self.last + 1) % self.epochs
         source.epoch_plan(rng)  # keep the generator in step with online sampling
         self.last = k
-        labels = source.data.labels["train"]
         n = len(self._epoch(k)["meta"])
-        return prefetch(((lambda b=b: self.load_batch(k, b, labels)) for b in range(n)), workers, depth)
+        return prefetch(((lambda b=b: self.load_batch(k, b, source.data)) for b in range(n)), workers, depth)
 
 
 def replay_seconds(source, batches: list) -> float:
@@ -304,13 +314,13 @@ def replay_seconds(source, batches: list) -> float:
     data, times = source.data, []
     for batch in batches:
         meta, edges = lay.pack(batch, None)
-        feats = {}
+        feats, cutoffs = {}, {t: c.cpu().numpy() for t, c in batch.input_cutoffs.items()}
         for t, nodes in batch.input_nodes.items():
             ids = nodes.cpu().numpy()
             num, cat = row_features(data, t, input_rows(data, t, ids, batch.num_seeds if t == data.seed_type else 0))
-            feats[t] = (num, cat, relative_time(data, t, ids, batch.input_cutoffs[t].cpu().numpy()))
+            feats[t] = (num, cat, relative_time(data, t, ids, cutoffs[t]))
         start = time.perf_counter()
-        lay.blocks(meta, edges)
+        add_edge_features(data, lay.blocks(meta, edges), cutoffs)
         for num, cat, rel_t in feats.values():
             torch.cat([torch.from_numpy(np.array(num)), torch.from_numpy(np.array(rel_t))], 1)
             torch.from_numpy(np.array(cat))
@@ -332,7 +342,7 @@ def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> No
             states.append(rng_state_hash(rng))
             plan = source.epoch_plan(rng)
             jobs = ((lambda i=i, s=s: (i, source.sample("train", i, np.random.default_rng(s)))) for i, s in plan)
-            metas, edges, idxs, rows, rels = [], [], [], {t: [] for t in lay.ntypes}, []
+            metas, edges, idxs, rows, rels, cuts = [], [], [], {t: [] for t in lay.ntypes}, [], []
             for idx, batch in prefetch(jobs, max(1, source.workers), source.engine.prefetch):
                 meta, e = lay.pack(batch, idx)
                 metas.append(meta)
@@ -343,11 +353,12 @@ def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> No
                         ids = batch.input_nodes[t].cpu().numpy()
                         r = input_rows(data, t, ids, batch.num_seeds if t == data.seed_type else 0)
                         rows[t].append(r)
-                        rels.append(relative_time(data, t, ids, batch.input_cutoffs[t].cpu().numpy()))
+                        cuts.append(batch.input_cutoffs[t].cpu().numpy())
+                        rels.append(relative_time(data, t, ids, cuts[-1]))
                         counts[t] += np.bincount(r, minlength=len(counts[t]))
                     else:
                         rows[t].append(np.zeros(0, np.int64))
-            per_epoch.append((metas, edges, idxs, rows, rels))
+            per_epoch.append((metas, edges, idxs, rows, rels, cuts))
         # hot tier: the most read rows over all types, up to the budget
         flat = np.concatenate([counts[t] for t in lay.ntypes])
         owner = np.concatenate([np.full(len(counts[t]), i) for i, t in enumerate(lay.ntypes)])
@@ -359,11 +370,12 @@ def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> No
             num, cat = row_features(data, t, hot[t])
             np.save(tmp / f"hot{i}.num.npy", num)
             np.save(tmp / f"hot{i}.cat.npy", cat)
-        for k, (metas, edges, idxs, rows, rels) in enumerate(per_epoch):
+        for k, (metas, edges, idxs, rows, rels, cuts) in enumerate(per_epoch):
             np.save(tmp / f"e{k}.meta.npy", np.stack(metas))
             np.save(tmp / f"e{k}.edges.npy", np.concatenate(edges, 1))
             np.save(tmp / f"e{k}.idx.npy", np.concatenate(idxs))
             np.save(tmp / f"e{k}.rel.npy", np.concatenate(rels) if rels else np.zeros((0, 2), np.float32))
+            np.save(tmp / f"e{k}.cut.npy", np.concatenate(cuts) if cuts else np.zeros(0, np.int64))
             slots = []
             for b in range(len(metas)):
                 for t in lay.ntypes:

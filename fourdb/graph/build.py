@@ -2,7 +2,9 @@
 
 * ``r2n``: every row is a node; each foreign key gives an edge type child -> parent and its reverse.
 * ``r2ne``: as r2n, but a pure link table (exactly two foreign keys, referenced by no other table)
-  becomes edges between the two tables it links, carrying its columns as edge features.
+  becomes edges between the two tables it links, in both directions, carrying its columns as edge
+  features (``edge_features[etype]``; edge id i of either direction is the link table's i-th kept row).
+  Every GNN reads them (fourdb/models/gnn.py).
 
 Every node and edge carries a time in int64 seconds; ``ALWAYS`` marks rows with no time column
 (static rows, visible at any cutoff). An edge's time is when its source row can be reached through
@@ -45,6 +47,9 @@ class RelGraph:
 
     def node_time(self, ntype: str) -> np.ndarray:
         return self.g.nodes[ntype].data["time"].numpy()
+
+    def edge_time(self, etype: tuple[str, str, str]) -> np.ndarray:
+        return self.g.edges[etype].data["time"].numpy()
 
     def edges(self, etype: tuple[str, str, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         src, dst = self.g.edges(etype=etype)

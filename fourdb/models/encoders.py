@@ -1,4 +1,5 @@
-"""Column encoders: numeric columns through a linear layer, each categorical column its own embedding."""
+"""Column encoders: numeric columns through a linear layer, each categorical column its own embedding;
+one encoder per node type (a table's rows) or featured edge type (a link table's rows)."""
 from __future__ import annotations
 
 import torch
@@ -21,8 +22,8 @@ class RowEncoder(nn.Module):
         return h
 
 
-class NodeEncoder(nn.Module):
-    """One RowEncoder per node type (table)."""
+class TypeEncoder(nn.Module):
+    """One RowEncoder per type: per table for nodes, per featured edge type for edges."""
 
     def __init__(self, dims: dict[str, tuple[int, list[int]]], hidden: int):
         super().__init__()

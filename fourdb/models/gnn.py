@@ -5,6 +5,13 @@ vector, then one layer per sampled hop runs the model's heterograph convolution 
 source nodes to its destination nodes, adds the destination's own state (residual), normalizes
 (LayerNorm per table), and applies ReLU and dropout; a two-layer head reads the seed rows.
 
+Edge features (r2ne link rows, set on the blocks by the loader) reach every convolution the same way:
+before a layer's convolution, each edge of a featured edge type becomes a source node of its own,
+appended to its source table's nodes, whose state is its source row's state plus the encoded link row
+(an encoder per featured edge type and layer). The convolution then weighs (neighbour, link row)
+pairs as it weighs neighbours, with no code of its own for edge features; a destination's in-edges
+are the same multiset as before, so layer-wise inference stays exact.
+
 ``GNN`` is the ``Model`` wrapper (fit/predict through the one trainer, from ``NeuralModel``). A
 subclass implements ``conv(etypes, hidden, **params)``: a module called as ``conv(block, (h_src,
 h_dst))`` with dicts of per-table tensors, returning a ``[num_dst, hidden]`` tensor per destination
@@ -17,20 +24,23 @@ import torch
 from torch import nn
 
 from fourdb.engine.loader import GraphSource
+from fourdb.engine.sampler import make_block
 from fourdb.errors import FourdbError
 from fourdb.models import NeuralModel, check_params
-from fourdb.models.encoders import NodeEncoder, key
+from fourdb.models.encoders import TypeEncoder, key
 
-RELATIVE_TIME_DIMS = 2  # [log age in days, is static] that the loader appends to every row's numbers
+RELATIVE_TIME_DIMS = 2  # [log age in days, is static] that the loader appends to every row's (and edge's) numbers
 
 
 class HeteroGNN(nn.Module):
     def __init__(self, conv, dims: dict, layers: int, hidden: int, out_dim: int, seed_type: str,
-                 dropout: float = 0.1):
-        """``conv()`` builds one layer's convolution; ``dims`` is table -> (numeric dim, cardinalities)."""
+                 dropout: float = 0.1, edge_dims: dict | None = None):
+        """``conv()`` builds one layer's convolution; ``dims`` is table -> (numeric dim, cardinalities),
+        ``edge_dims`` the same per featured edge type name."""
         super().__init__()
         self.seed_type = seed_type
-        self.encoder = NodeEncoder(dims, hidden)
+        self.encoder = TypeEncoder(dims, hidden)
+        self.edge_encoders = nn.ModuleList(TypeEncoder(edge_dims, hidden) for _ in range(layers)) if edge_dims else None
         self.convs = nn.ModuleList(conv() for _ in range(layers))
         self.norms = nn.ModuleList(nn.ModuleDict({key(t): nn.LayerNorm(hidden) for t in dims})
                                    for _ in range(layers))
@@ -52,9 +62,31 @@ class HeteroGNN(nn.Module):
         # tables with no destination rows stay (empty), so every edge type into a table takes part in
         # every batch alike: a row's output does not depend on which other rows share its batch
         dst = {t: v[: block.num_dst_nodes(t)] for t, v in h.items()}
-        out = self.convs[i](block, (h, dst))
+        conv_block, src = self.edges_as_sources(i, block, h)
+        out = self.convs[i](conv_block, (src, dst))
         # a table whose in-edges were all empty keeps its own state
         return {t: self.dropout(torch.relu(self.norms[i][key(t)](out.get(t, dst[t]) + dst[t]))) for t in dst}
+
+    def edges_as_sources(self, i: int, block, h: dict[str, torch.Tensor]):
+        """``block`` and source states as layer ``i``'s convolution sees them: an edge of a featured edge
+        type is a source node of its own (appended after its source table's nodes, so the destination
+        prefix stays), with state h[source] + its encoded features. Without featured edges, unchanged."""
+        encoders = self.edge_encoders[i].encoders if self.edge_encoders is not None else {}
+        featured = [et for et in block.canonical_etypes if key(et[1]) in encoders and block.num_edges(et)]
+        if not featured:
+            return block, h
+        num_src = {t: block.num_src_nodes(t) for t in block.srctypes}
+        rel, extra = {}, {}
+        for et in block.canonical_etypes:
+            s, d = block.edges(etype=et)
+            if et in featured:
+                x = block.edges[et].data
+                extra.setdefault(et[0], []).append(h[et[0]][s] + encoders[key(et[1])](x["num"], x["cat"]))
+                s = torch.arange(num_src[et[0]], num_src[et[0]] + len(s), device=s.device)
+                num_src[et[0]] += len(s)
+            rel[et] = (s, d)
+        h = {t: torch.cat([v, *extra[t]]) if t in extra else v for t, v in h.items()}
+        return make_block(rel, num_src, {t: block.num_dst_nodes(t) for t in block.dsttypes}, block.device), h
 
     def readout(self, h: dict[str, torch.Tensor], num_seeds: int) -> torch.Tensor:
         return self.head(h[self.seed_type][:num_seeds])
@@ -77,9 +109,11 @@ class GNN(NeuralModel):
                               f"{len(data.sampler.fanouts)} hops (sampler.fanouts has one per layer)")
         check_params(self.name, self.conv, params, fixed=("etypes", "hidden"), also=("hidden", "dropout", "layers"))
         dims = {t: (f.numeric.shape[1] + RELATIVE_TIME_DIMS, f.cardinalities) for t, f in data.graph.features.items()}
+        edge_dims = {et[1]: (f.numeric.shape[1] + RELATIVE_TIME_DIMS, f.cardinalities)
+                     for et, f in data.graph.edge_features.items()}
         etypes = data.graph.canonical_etypes
         return HeteroGNN(lambda: self.conv(etypes, hidden, **params), dims, len(data.sampler.fanouts), hidden,
-                         self.info.out_dim, data.seed_type, dropout)
+                         self.info.out_dim, data.seed_type, dropout, edge_dims)
 
     def make_source(self, data, trainer_cfg) -> GraphSource:
         return GraphSource(data, trainer_cfg.batch_size)

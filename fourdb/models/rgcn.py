@@ -20,7 +20,8 @@ class RelGraphConv(nn.Module):
             {et[1]: dglnn.GraphConv(hidden, hidden, norm="right", bias=False, allow_zero_in_degree=True)
              for et in etypes},
             aggregate="sum")
-        self.self_loop = nn.ModuleDict({key(t): nn.Linear(hidden, hidden) for t in {et[2] for et in etypes}})
+        # sorted: a set's order changes with the process's hash seed, and with it which layer gets which init
+        self.self_loop = nn.ModuleDict({key(t): nn.Linear(hidden, hidden) for t in sorted({et[2] for et in etypes})})
 
     def forward(self, block, h):
         h_src, h_dst = h
