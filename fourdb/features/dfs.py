@@ -299,8 +299,9 @@ class _Compiler:
             keep = [i for i, c in enumerate(t.columns)
                     if c.dtype in ("numeric", "category", "primary_key", "foreign_key") or c.name == t.time_column]
             # DuckDB scans the database's own columns in place: renamed, not copied
-            frame = pd.DataFrame({f"v{i}": df[t.columns[i].name] for i in keep}
-                                 | {"__rid": np.arange(len(df), dtype=np.int64), "__ord": _time_order(df, t)}, copy=False)
+            frame = {f"v{i}": df[t.columns[i].name] for i in keep}
+            frame |= {"__rid": np.arange(len(df), dtype=np.int64), "__ord": _time_order(df, t)}
+            frame = pd.DataFrame(frame, copy=False)
             self.con.register(f"__src_{tname}", frame)
         for i, tname in enumerate(sorted(self.tables)):
             self.bases[tname] = f"__b{i}"
@@ -552,13 +553,10 @@ class _Compiler:
 def _time_order(df: pd.DataFrame, t: Table) -> np.ndarray:
     """Each row's rank (from 1) by (time, row number), rows without time first: numbered here rather
     than by a window in SQL, which would sort every column of the table along with the time."""
-    n = len(df)
-    rank = np.empty(n, dtype=np.int64)
-    if t.time_column is None:
-        rank[:] = np.arange(1, n + 1)
-    else:
-        ns = df[t.time_column].to_numpy(dtype="datetime64[ns]").view(np.int64)  # NaT is the smallest
-        rank[np.argsort(ns, kind="stable")] = np.arange(1, n + 1)
+    # NaT is the smallest time; a table without time is in row order
+    ns = df[t.time_column].to_numpy(dtype="datetime64[ns]").view(np.int64) if t.time_column else np.zeros(len(df))
+    rank = np.empty(len(df), dtype=np.int64)
+    rank[np.argsort(ns, kind="stable")] = np.arange(1, len(df) + 1)
     return rank
 
 
@@ -736,10 +734,6 @@ class _Categories:
 
     def __init__(self, code: np.ndarray, uniques: pa.Array):
         self.code, self.uniques = code, uniques
-
-    def take(self, keep: np.ndarray) -> pa.Array:
-        code = self.code[keep]
-        return pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32), mask=code < 0), self.uniques)
 
 
 def _codes(column) -> tuple[np.ndarray, pa.Array]:
