@@ -40,7 +40,7 @@ from filelock import FileLock
 from fourdb.engine.loader import add_edge_features, input_rows, relative_time, row_features
 from fourdb.engine.pipeline import prefetch
 from fourdb.engine.sampler import make_block
-from fourdb.utils import atomic_write_text, cache_root, stable_hash
+from fourdb.utils import atomic_write_text, cache_root, progress, stable_hash
 
 STORE_VERSION = 2  # 2: edge ids in the edge lists, input cutoffs
 log = logging.getLogger("fourdb")
@@ -343,7 +343,9 @@ def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> No
             plan = source.epoch_plan(rng)
             jobs = ((lambda i=i, s=s: (i, source.sample("train", i, np.random.default_rng(s)))) for i, s in plan)
             metas, edges, idxs, rows, rels, cuts = [], [], [], {t: [] for t in lay.ntypes}, [], []
-            for idx, batch in prefetch(jobs, max(1, source.workers), source.engine.prefetch):
+            sampled = prefetch(jobs, max(1, source.workers), source.engine.prefetch)
+            desc = f"sampling epoch {k + 1}/{epochs} into the store"
+            for idx, batch in progress(sampled, None, total=len(plan), desc=desc, leave=False):
                 meta, e = lay.pack(batch, idx)
                 metas.append(meta)
                 edges.append(e)

@@ -186,7 +186,8 @@ class Trainer:
         if out is not None:  # the source computed all outputs at once (layer-wise inference)
             scores = self._scores(out)
         elif not ctx.distributed:
-            scores = np.concatenate([self._scores(module(*_to(inputs, self.device))) for inputs in source.batches(split)])
+            batches = progress_bar(source.batches(split), self.cfg.progress, desc=f"predicting {split}", leave=False)
+            scores = np.concatenate([self._scores(module(*_to(inputs, self.device))) for inputs in batches])
         else:  # rank r predicts batches r, r + world, ...; every rank gets all of them back, in order
             if getattr(source, "world", 1) == ctx.world:
                 own = source.batches(split)  # a sharded source yields only this rank's batches
