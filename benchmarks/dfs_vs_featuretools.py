@@ -13,7 +13,10 @@ use with featuretools==1.31.0, pandas<2.2, numpy<2), ``--repeat`` times interlea
 wall time from tables in memory to the feature matrix (the fastest run counts), its CPU time and its
 own peak RSS (data loading included). The parent prints one line
 
-    BENCH name=dfs_vs_featuretools fourdb_s=.. anchor_s=.. ratio=<anchor/fourdb> mem_ratio=<anchor/fourdb peak> ...
+    BENCH name=dfs_vs_featuretools fourdb_s=.. anchor_s=.. ratio=<anchor/fourdb> mem_ratio=<anchor/fourdb peak> cpu_ratio=.. ...
+
+(cpu_ratio: the same for CPU time, fourdb's DuckDB threads included; the machine is shared, and CPU time
+moves less with its load than wall time does.)
 
 then how well the two agree on the features both compute, and, unless ``--no-full``, fourdb alone on
 the full late-arrival task (every flight a seed) for scale. The result goes into the "Deep feature
@@ -269,6 +272,7 @@ def main() -> None:
     differ = sorted((c for c in diffs if c not in agree), key=lambda c: -diffs[c])
     line = (f"BENCH name=dfs_vs_featuretools fourdb_s={ours['seconds']:.3f} anchor_s={theirs['seconds']:.3f} "
             f"ratio={theirs['seconds'] / ours['seconds']:.2f} mem_ratio={theirs['peak_mb'] / ours['peak_mb']:.2f} "
+            f"cpu_ratio={theirs['cpu_s'] / ours['cpu_s']:.2f} "
             f"fourdb_cpu_s={ours['cpu_s']:.3f} anchor_cpu_s={theirs['cpu_s']:.3f} "
             f"fourdb_peak_mb={ours['peak_mb']:.0f} anchor_peak_mb={theirs['peak_mb']:.0f} "
             f"rows={ours['rows']} features={ours['features']} anchor_features={theirs['features']} "
