@@ -63,7 +63,7 @@ def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
         for line in board.read_text().splitlines():
             r = json.loads(line)
             cfg = r.get("config") or {}
-            if (r["model"] == model and r["inputs"] == inputs and not r.get("external")
+            if (r["model"] == model and all(r["inputs"].get(k) == v for k, v in inputs.items()) and not r.get("external")
                     and all(cfg.get(k) == v for k, v in budget.items())):
                 seeds.add(r["seed"])
     return seeds
