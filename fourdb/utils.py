@@ -45,6 +45,15 @@ def progress(iterable=None, enabled: bool | None = True, **kwargs):
     return tqdm(iterable, disable=enabled is False or not kwargs["file"].isatty(), **kwargs)
 
 
+def duckdb_connect(*args, **kwargs):
+    """``duckdb.connect`` whose own progress bar for long queries draws only on a terminal."""
+    import duckdb
+
+    con = duckdb.connect(*args, **kwargs)
+    con.execute(f"SET enable_progress_bar = {str(sys.stdout.isatty()).lower()}")
+    return con
+
+
 def stable_hash(*parts, length: int = 16) -> str:
     """Hash of JSON-serialisable parts; used to key caches by their inputs and config."""
     blob = json.dumps(parts, sort_keys=True, default=str).encode()

@@ -57,7 +57,7 @@ from fourdb.errors import FourdbError
 from fourdb.features.columns import MAX_CATEGORIES, EncodedTable, TableEncoder
 from fourdb.rdb import Database
 from fourdb.rdb.schema import Schema, Table
-from fourdb.utils import cache_root, progress as progress_bar, stable_hash
+from fourdb.utils import cache_root, duckdb_connect, progress as progress_bar, stable_hash
 
 log = logging.getLogger("fourdb")
 
@@ -767,7 +767,7 @@ def compute_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int =
     if not plan.features:
         return pd.DataFrame(index=pd.RangeIndex(len(seeds)))
     start = time.perf_counter()
-    con = duckdb.connect()
+    con = duckdb_connect()
     try:
         con.execute(f"SET threads TO {int(threads or os.cpu_count() or 1)}")
         comp = _Compiler(con, db, _tables_of(plan, set()))

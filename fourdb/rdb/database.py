@@ -13,6 +13,7 @@ import pandas as pd
 
 from fourdb.errors import SchemaError
 from fourdb.rdb.schema import Schema, Table
+from fourdb.utils import duckdb_connect
 
 
 def _first_bad(values: pd.Series, bad_mask: pd.Series) -> str:
@@ -166,7 +167,7 @@ class Database:
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
-            self._con = duckdb.connect()
+            self._con = duckdb_connect()
             for name, df in self.tables.items():
                 self._con.register(f"__df_{name}", df)
                 self._con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM "__df_{name}"')

@@ -38,7 +38,7 @@ import yaml
 from fourdb.errors import DatabaseImportError, FourdbError
 from fourdb.rdb.database import Database, write_database
 from fourdb.rdb.schema import Column, Schema, Table
-from fourdb.utils import atomic_write_text
+from fourdb.utils import atomic_write_text, duckdb_connect
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of a DuckDB file
@@ -189,10 +189,8 @@ def _read_sqlite(path: Path) -> list[SourceTable]:
 
 
 def _read_duckdb(path: Path) -> list[SourceTable]:
-    import duckdb
-
     try:
-        con = duckdb.connect(str(path), read_only=True)
+        con = duckdb_connect(str(path), read_only=True)
     except Exception as e:  # noqa: BLE001 - any open failure is a bad file
         raise DatabaseImportError(f"{path}: cannot open the DuckDB database ({str(e).splitlines()[0]})") from None
     try:
