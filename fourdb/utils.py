@@ -22,6 +22,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes files only their owner can read; boards and caches are shared
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -161,3 +161,10 @@ def test_progress_bars_draw_only_on_a_terminal():
         for _ in progress(range(3), enabled, desc="work", file=file):
             pass
         assert ("work" in file.getvalue()) == shown, (enabled, type(file).__name__)
+
+
+def test_atomic_writes_are_readable_by_others(tmp_path):
+    from fourdb.utils import atomic_write_text
+
+    atomic_write_text(tmp_path / "board.jsonl", "{}\n")
+    assert (tmp_path / "board.jsonl").stat().st_mode & 0o044 == 0o044
