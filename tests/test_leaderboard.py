@@ -280,6 +280,23 @@ def test_render_writes_readme_with_mean_std_ranks_and_plots(filled_root):
         assert (filled_root / "plots" / name).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_average_rank_counts_a_method_once_per_task_across_its_settings(base_record):
+    """Per-task settings (sampler fanouts) of one model on one kind of input are one method."""
+    from fourdb.leaderboard.render import aggregate, average_ranks
+
+    def graph_run(seed, fanouts, test):
+        r = variant(base_record, seed, model="sage", test=test)
+        r["inputs"] = {"graph": "r2n", "sampler": {"strategy": "recent", "fanouts": fanouts}}
+        r["config_hash"] = fanouts
+        return r
+
+    gbdt = {**variant(base_record, 0), "config_hash": "gbdt"}
+    records = [gbdt, graph_run(0, "[10, 10]", 0.99), graph_run(0, "[5, 20]", 0.01)]
+    [frame] = average_ranks(aggregate(records)).values()
+    assert sorted(frame["method"]) == ["gbdt (single_table)", "sage (graph r2n)"]
+    assert frame.set_index("method").loc["sage (graph r2n)", "average rank"] == "1.00"  # its best setting
+
+
 def test_show_prints_one_board(filled_root, tmp_path):
     p = fourdb("leaderboard", "show", "synthetic", "taste", "--root", str(filled_root), cwd=tmp_path)
     assert p.returncode == 0, p.stderr

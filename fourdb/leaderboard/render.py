@@ -30,6 +30,13 @@ def higher_is_better(metric: str) -> bool:
     return HIGHER_IS_BETTER[metric]
 
 
+def input_kind(inputs: dict) -> str:
+    """The kind of input alone (a feature set, a graph construction, or 'external'), for average ranks."""
+    if inputs.get("external"):
+        return "external"
+    return str(inputs["features"]) if "features" in inputs else f"graph {inputs.get('graph', '?')}"
+
+
 def inputs_label(inputs: dict) -> str:
     """What a model read: its feature set, or its graph and sampler, or 'external'."""
     if inputs.get("external"):
@@ -121,6 +128,7 @@ def aggregate(records: list[dict]) -> list[dict]:
         row["train rows"] = "-" if train is None else f"{train}/{available}" if available not in (None, train) \
             else str(train)
         row["config"] = chash[:8]
+        row["_method"] = f"{model} ({input_kind(rs[0]['inputs'])})"
         row["_seed_list"] = [r["seed"] for r in rs]
         row["_test_values"] = [r["metrics"]["test"].get(metric) for r in rs]
         tables.setdefault(protocol, []).append(row)
@@ -144,7 +152,11 @@ def visible(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def average_ranks(tables: list[dict]) -> dict[str, pd.DataFrame]:
-    """Per board (classification, regression): each method's rank averaged over the tasks it ran."""
+    """Per board (classification, regression): each method's rank averaged over the tasks it ran.
+
+    A method is a model on one kind of input (e.g. sage on graph r2n); its settings may differ per task
+    (an experiment's sampler fanouts), and on each task its best setting counts.
+    """
     out = {}
     for board, types in BOARDS.items():
         ranks: dict[str, dict[str, int]] = {}
@@ -153,8 +165,7 @@ def average_ranks(tables: list[dict]) -> dict[str, pd.DataFrame]:
                 continue
             name = f"{t['dataset']}/{t['task']}" + (f" [{t['protocol']}]" if t["protocol"] else "")
             for _, row in t["frame"].iterrows():
-                method = f"{row['model']} ({row['inputs']})"
-                best = ranks.setdefault(method, {})
+                best = ranks.setdefault(row["_method"], {})
                 best[name] = min(best.get(name, 10**9), int(row["rank"]))  # a method's best setting
         if not ranks:
             continue
