@@ -51,7 +51,10 @@ def duckdb_connect(*args, **kwargs):
     import duckdb
 
     con = duckdb.connect(*args, **kwargs)
-    con.execute(f"SET enable_progress_bar = {str(sys.stdout.isatty()).lower()}")
+    try:
+        con.execute(f"SET enable_progress_bar = {str(sys.stdout.isatty()).lower()}")
+    except duckdb.Error:  # in Jupyter without ipywidgets DuckDB refuses to touch the setting; keep its default
+        pass
     return con
 
 
