@@ -41,7 +41,7 @@ def epochs_of(source, seed=7, epochs=2):
     return [list(source.train_batches(rng)) for _ in range(epochs)]
 
 
-def assert_same_batches(a, b):
+def assert_same_batches(a, b, featured):
     assert len(a) == len(b)
     for (inp_a, y_a), (inp_b, y_b) in zip(a, b):
         assert torch.equal(y_a, y_b)
@@ -52,9 +52,10 @@ def assert_same_batches(a, b):
             for et in blk_a.canonical_etypes:
                 for x, y in zip(blk_a.edges(etype=et), blk_b.edges(etype=et)):
                     assert torch.equal(x, y), et
-                # edge ids, and the edge features of featured (r2ne link) edge types
+                # edge ids and edge features on the featured (r2ne link) edge types, nothing on the others
                 ea, eb = blk_a.edges[et].data, blk_b.edges[et].data
-                assert sorted(ea.keys()) == sorted(eb.keys()) and dgl.EID in ea.keys(), et
+                assert sorted(ea.keys()) == sorted(eb.keys()), et
+                assert sorted(ea.keys()) == (sorted([dgl.EID, "cat", "num"]) if et in featured else []), et
                 for k in ea.keys():
                     assert torch.equal(ea[k], eb[k]), (et, k)
         assert inp_a[1].keys() == inp_b[1].keys()
@@ -70,7 +71,7 @@ def test_store_replays_online_batches(data, cache_mb, tmp_path, monkeypatch):
     offline = GraphSource(data, 64, engine={"mode": "offline", "store_epochs": 2, "cache_mb": cache_mb})
     stored = epochs_of(offline)
     for a, b in zip(online, stored):
-        assert_same_batches(a, b)
+        assert_same_batches(a, b, data.graph.edge_features)
     # the graph is r2ne: the replayed batches carry link-row edge features, not just edge ids
     featured = data.graph.edge_features
     assert featured and any(len(blk.edges[et].data["num"])
@@ -78,7 +79,7 @@ def test_store_replays_online_batches(data, cache_mb, tmp_path, monkeypatch):
     assert len(list(tmp_path.glob("store/*/manifest.json"))) == 1
     # a second source (another model of a sweep) reuses the store rather than sampling again
     again = GraphSource(data, 64, engine={"mode": "offline", "store_epochs": 2, "cache_mb": cache_mb})
-    assert_same_batches(online[1], epochs_of(again)[1])
+    assert_same_batches(online[1], epochs_of(again)[1], data.graph.edge_features)
     assert again._store.folder == offline._store.folder
 
 
@@ -107,7 +108,7 @@ def test_corrupt_store_file_is_detected_and_rebuilt(data, tmp_path, caplog):
     BatchStore.open(folder, key)  # whole again
     online = epochs_of(GraphSource(data, 64), epochs=1)[0]
     rebuilt_batches = list(rebuilt.epoch_batches(source, np.random.default_rng(7), 0, 1))
-    assert_same_batches(online, rebuilt_batches)
+    assert_same_batches(online, rebuilt_batches, data.graph.edge_features)
 
 
 def test_stale_or_half_written_store_is_rebuilt(data, tmp_path, caplog):
@@ -136,7 +137,7 @@ def test_prefetch_keeps_batches_and_order(data):
     for workers in (1, 3):
         got = epochs_of(GraphSource(data, 64, engine={"workers": workers, "prefetch": 2}))
         for a, b in zip(base, got):
-            assert_same_batches(a, b)
+            assert_same_batches(a, b, data.graph.edge_features)
     ev0 = list(GraphSource(data, 64, engine={"workers": 0}).batches("val"))
     ev2 = list(GraphSource(data, 64, engine={"workers": 2}).batches("val"))
     for (b0, f0), (b2, f2) in zip(ev0, ev2):

@@ -13,6 +13,7 @@ import dgl
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
@@ -77,8 +78,11 @@ def true_edges(db: Database, kind: str) -> dict:
     return out
 
 
-def check_batch(batch, graph, truth, fanouts, strategy, seed_type, seeds, cutoffs, hidden=frozenset()):
-    """Every hop of ``batch`` against the brute-force truth. Returns the number of sampled edges."""
+def check_batch(batch, graph, truth, fanouts, strategy, seed_type, seeds, cutoffs, hidden=frozenset(),
+                id_etypes=None):
+    """Every hop of ``batch`` against the brute-force truth. Returns the number of sampled edges.
+    ``id_etypes``: the edge types whose block edges carry ids (default: those with features)."""
+    id_etypes = set(graph.edge_features if id_etypes is None else id_etypes)
     nodes = {t: v.numpy() for t, v in batch.input_nodes.items()}
     cuts = {t: v.numpy() for t, v in batch.input_cutoffs.items()}
     k = len(seeds)
@@ -108,10 +112,12 @@ def check_batch(batch, graph, truth, fanouts, strategy, seed_type, seeds, cutoff
             src_t, _, dst_t = et
             gs = nodes.get(src_t, np.zeros(0, np.int64))[s]
             cs = cuts.get(src_t, np.zeros(0, np.int64))[s]
+            assert (dgl.EID in block.edges[et].data.keys()) == (et in id_etypes), f"hop {i} {et}: edge ids"
             if len(s):
                 assert (cs == cuts[dst_t][d]).all(), f"hop {i} {et}: a neighbour did not inherit its seed's cutoff"
                 st_ = graph.node_time(src_t)[gs]
                 assert ((st_ <= cs) | (st_ == ALWAYS)).all(), f"hop {i} {et}: sampled a row from after the cutoff"
+            if len(s) and et in id_etypes:
                 # each block edge names the graph edge it was sampled as: its ends, known at the cutoff, once
                 eid = block.edges[et].data[dgl.EID].numpy()
                 g_src, g_dst, g_time = graph.edges(et)
@@ -205,9 +211,17 @@ def test_every_hop_sees_only_the_known_past(case):
         truth = true_edges(db, kind)
         assert set(truth) == set(graph.canonical_etypes)
         for strategy in STRATEGIES:
-            sampler = TemporalSampler(graph, fanouts, strategy)
+            sampler = TemporalSampler(graph, fanouts, strategy, all_edge_ids=True)
             batch = sampler.sample(seed_type, seeds, cutoffs, np.random.default_rng(rng_seed))
-            check_batch(batch, graph, truth, fanouts, strategy, seed_type, seeds, cutoffs)
+            check_batch(batch, graph, truth, fanouts, strategy, seed_type, seeds, cutoffs,
+                        id_etypes=graph.canonical_etypes)
+            # by default only featured edge types carry ids; the sample itself is the same
+            plain = TemporalSampler(graph, fanouts, strategy).sample(seed_type, seeds, cutoffs,
+                                                                     np.random.default_rng(rng_seed))
+            check_batch(plain, graph, truth, fanouts, strategy, seed_type, seeds, cutoffs)
+            for a, b in zip(batch.blocks, plain.blocks):
+                for et in graph.canonical_etypes:
+                    assert all(torch.equal(x, y) for x, y in zip(a.edges(etype=et), b.edges(etype=et)))
 
 
 # ---------------------------------------------------------------------------------------------------

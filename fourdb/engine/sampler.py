@@ -2,18 +2,20 @@
 
 Per edge type the in-edges of every node are stored CSC-style, sorted by edge time. For a frontier of
 (node, cutoff) pairs one ``searchsorted`` finds, for all pairs at once, how many in-edges are known at
-the pair's cutoff; the fanout is then drawn from that prefix (uniformly without replacement by a
-random keys or rejection of duplicate draws, see ``_uniform``; or the most recent ones; a negative fanout takes them all). A sampled
-neighbour inherits its seed's cutoff, and a block node is a (node, cutoff) pair, so two seeds with
-different cutoffs never share a neighbourhood computed for the other's cutoff.
+the pair's cutoff; the fanout is then drawn from that prefix (uniformly without replacement by sorting
+random keys or rejection of duplicate draws, see ``_uniform``; or the most recent ones; a negative fanout
+takes them all). A sampled neighbour inherits its seed's cutoff, and a block node is a (node, cutoff)
+pair, so two seeds with different cutoffs never share a neighbourhood computed for the other's cutoff.
 
 All array work is torch, so the same code runs on the CPU or, with ``device="cuda"``, on the GPU (the
 index lives on that device and the blocks are built there). Random numbers always come from the
 caller's ``numpy.random.Generator`` (drawn on the host, one array per edge type and hop), so a seed
 fixes the sample on every device alike.
 
-Every block edge carries its original id within its edge type (``block.edges[et].data[dgl.EID]``), so
-the loader can read the edge's own features (the link row of an r2ne edge) and its time.
+The block edges of every edge type with features (the link rows of r2ne) carry their original id within
+their edge type (``block.edges[et].data[dgl.EID]``), so the loader can read the edge's own features and
+its time; ``all_edge_ids=True`` gives every edge type its ids (skipped by default: the gather and the
+frames cost about a tenth of a batch and nothing reads them).
 """
 from __future__ import annotations
 
@@ -111,7 +113,7 @@ def make_block(edges: dict, num_src: dict, num_dst: dict, device=None, eids: dic
     ``dgl.create_block`` validates every edge list (a max over it) and builds a whole DGLGraph per
     edge type only to take its index; for a batch's blocks that costs as much as sampling them. This
     builds the same block from the same DGL index functions. Falls back to ``dgl.create_block`` where
-    those internals differ. ``eids`` (edge type -> ids, every edge type) become ``edata[dgl.EID]``.
+    those internals differ. ``eids`` (edge type -> ids, for any edge types) become ``edata[dgl.EID]``.
     """
     try:
         from dgl import graph_index, heterograph_index, utils
@@ -129,7 +131,8 @@ def make_block(edges: dict, num_src: dict, num_dst: dict, device=None, eids: dic
                                          [dst_id[r[2]] for r in relations], True)
         counts = utils.toindex([int(num_src[t]) for t in srctypes] + [int(num_dst[t]) for t in dsttypes], "int64")
         # edge data given as frames at construction: setting it per edge type afterwards costs more than the block
-        frames = None if eids is None else [Frame({dgl.EID: eids[r]}, num_rows=len(eids[r])) for r in relations]
+        frames = [Frame({dgl.EID: eids[r]}, num_rows=len(eids[r])) if r in eids else None
+                  for r in relations] if eids else None
         block = DGLBlock(heterograph_index.create_heterograph_from_relations(metagraph, rel, counts),
                          (srctypes, dsttypes), [r[1] for r in relations], edge_frames=frames)
     except (ImportError, AttributeError, TypeError):  # pragma: no cover - another DGL version
@@ -159,13 +162,15 @@ class TemporalSampler:
     """``fanouts`` one per layer, seed layer last; a negative fanout takes every known neighbour."""
 
     def __init__(self, graph: RelGraph, fanouts: list[int], strategy: str = "uniform", device="cpu",
-                 _index=None):
+                 _index=None, all_edge_ids: bool = False):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown sampling strategy '{strategy}' (choose from {STRATEGIES})")
         self.graph = graph
         self.fanouts = [int(f) for f in fanouts]
         self.strategy = strategy
         self.device = torch.device(device)
+        self.all_edge_ids = all_edge_ids
+        self.id_etypes = frozenset(graph.canonical_etypes if all_edge_ids else graph.edge_features)
         if _index is None:
             _index = build_edge_index(graph)
         index, self.coder = _index
@@ -176,10 +181,12 @@ class TemporalSampler:
 
     def with_fanouts(self, fanouts: list[int]) -> "TemporalSampler":
         """The same index with other fanouts (e.g. full neighbourhoods for evaluation)."""
-        return TemporalSampler(self.graph, fanouts, self.strategy, self.device, (self.index, self.coder))
+        return TemporalSampler(self.graph, fanouts, self.strategy, self.device, (self.index, self.coder),
+                               self.all_edge_ids)
 
     def to(self, device) -> "TemporalSampler":
-        return TemporalSampler(self.graph, self.fanouts, self.strategy, device, (self.index, self.coder))
+        return TemporalSampler(self.graph, self.fanouts, self.strategy, device, (self.index, self.coder),
+                               self.all_edge_ids)
 
     def _draw(self, counts: torch.Tensor, fanout: int, rng: np.random.Generator):
         """Offsets into each pair's known prefix: all when few (or fanout < 0), else ``fanout`` of them."""
@@ -281,7 +288,8 @@ class TemporalSampler:
                 dst_rows = rows % n
                 pairs = ix.src[at] * n_cut + ranks[dst_rows]
                 sizes = torch.bincount(rows // n, minlength=k).tolist()  # rows ascend: grouped by slot
-                for et, p, d, e in zip(ix.etypes, *(torch.split(x, sizes) for x in (pairs, dst_rows, ix.eid[at]))):
+                ids = torch.split(ix.eid[at], sizes) if self.id_etypes.intersection(ix.etypes) else [None] * k
+                for et, p, d, e in zip(ix.etypes, torch.split(pairs, sizes), torch.split(dst_rows, sizes), ids):
                     by_src.setdefault(et[0], []).append((et, p, d, e))
             # per source type: its destination pairs first, then the new neighbour pairs (sorted); one
             # unique with inverse gives both the new pairs and every edge's local source id
@@ -290,7 +298,8 @@ class TemporalSampler:
                 dst_part = frontier.get(t, empty)
                 items = by_src.get(t, [])
                 for et, _, _, e in items:
-                    block_eids[et] = e
+                    if et in self.id_etypes:
+                        block_eids[et] = e
                 nbrs = torch.cat([p for _, p, _, _ in items]) if items else empty
                 if not len(nbrs):
                     src_unique[t] = dst_part
@@ -311,6 +320,7 @@ class TemporalSampler:
             num_dst = {t: len(frontier.get(t, ())) for t in self.graph.ntypes}
             for et in self.graph.canonical_etypes:
                 block_edges.setdefault(et, (empty, empty))
+            for et in self.id_etypes:
                 block_eids.setdefault(et, empty)
             blocks.insert(0, make_block(block_edges, num_src, num_dst, dev, block_eids))
             frontier = src_unique

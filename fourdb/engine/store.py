@@ -96,8 +96,9 @@ class _Layout:
     def __init__(self, graph, num_layers: int):
         self.ntypes = list(graph.ntypes)
         self.etypes = list(graph.canonical_etypes)
+        self.id_etypes = set(graph.edge_features)  # the edge types whose blocks carry edge ids (sampler.py)
         self.L = num_layers
-        # edge lists are rows (local src, local dst, edge id): int32 unless an edge type has more edges
+        # edge lists are rows (local src, local dst, edge id or 0 where no ids): int32 unless more edges
         most = max((graph.g.num_edges(et) for et in self.etypes), default=0)
         self.dtype = np.int32 if most < 2 ** 31 else np.int64
         self.n_et, self.n_nt = len(self.etypes), len(self.ntypes)
@@ -112,7 +113,7 @@ class _Layout:
             for i, et in enumerate(self.etypes):
                 s, d = block.edges(etype=et)
                 meta[base + i] = len(s)
-                ids = block.edges[et].data[dgl.EID]
+                ids = block.edges[et].data[dgl.EID] if et in self.id_etypes else torch.zeros_like(s)
                 edges.append(np.stack([x.cpu().numpy() for x in (s, d, ids)]).astype(self.dtype))
             for i, t in enumerate(self.ntypes):
                 meta[base + self.n_et + i] = block.num_src_nodes(t)
@@ -135,7 +136,9 @@ class _Layout:
             rel, eids = {}, {}
             for i, et in enumerate(self.etypes):
                 c = int(counts[i])
-                rel[et], eids[et] = (edges[0, pos:pos + c], edges[1, pos:pos + c]), edges[2, pos:pos + c]
+                rel[et] = (edges[0, pos:pos + c], edges[1, pos:pos + c])
+                if et in self.id_etypes:
+                    eids[et] = edges[2, pos:pos + c]
                 pos += c
             out.append(make_block(rel, dict(zip(self.ntypes, num_src.tolist())),
                                   dict(zip(self.ntypes, num_dst.tolist())), eids=eids))
