@@ -19,6 +19,7 @@ frames cost about a tenth of a batch and nothing reads them).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import dgl
@@ -107,6 +108,17 @@ def build_edge_index(graph: RelGraph) -> tuple[dict, TimeCoder]:
     return index, coder
 
 
+@functools.lru_cache(maxsize=64)
+def _metagraph(srctypes: tuple, dsttypes: tuple, relations: tuple):
+    """The block's type graph: the same for every block of a graph, and immutable once built."""
+    from dgl import graph_index
+
+    src_id = {t: i for i, t in enumerate(srctypes)}
+    dst_id = {t: i + len(srctypes) for i, t in enumerate(dsttypes)}
+    return graph_index.from_coo(len(srctypes) + len(dsttypes), [src_id[r[0]] for r in relations],
+                                [dst_id[r[2]] for r in relations], True)
+
+
 def make_block(edges: dict, num_src: dict, num_dst: dict, device=None, eids: dict | None = None):
     """``dgl.create_block`` for edges whose ids are known valid, without its per-relation DGLGraph.
 
@@ -116,19 +128,16 @@ def make_block(edges: dict, num_src: dict, num_dst: dict, device=None, eids: dic
     those internals differ. ``eids`` (edge type -> ids, for any edge types) become ``edata[dgl.EID]``.
     """
     try:
-        from dgl import graph_index, heterograph_index, utils
+        from dgl import heterograph_index, utils
         from dgl.frame import Frame
         from dgl.heterograph import DGLBlock
 
         srctypes, dsttypes = sorted(num_src), sorted(num_dst)
-        src_id = {t: i for i, t in enumerate(srctypes)}
-        dst_id = {t: i + len(srctypes) for i, t in enumerate(dsttypes)}
         relations = sorted(edges)
         rel = [heterograph_index.create_unitgraph_from_coo(
             2, int(num_src[s]), int(num_dst[d]), edges[(s, e, d)][0].contiguous(), edges[(s, e, d)][1].contiguous(),
             ["coo", "csr", "csc"]) for s, e, d in relations]
-        metagraph = graph_index.from_coo(len(srctypes) + len(dsttypes), [src_id[r[0]] for r in relations],
-                                         [dst_id[r[2]] for r in relations], True)
+        metagraph = _metagraph(tuple(srctypes), tuple(dsttypes), tuple(relations))
         counts = utils.toindex([int(num_src[t]) for t in srctypes] + [int(num_dst[t]) for t in dsttypes], "int64")
         # edge data given as frames at construction: setting it per edge type afterwards costs more than the block
         frames = [Frame({dgl.EID: eids[r]}, num_rows=len(eids[r])) if r in eids else None
