@@ -38,6 +38,7 @@ STATUS = ROOT / "leaderboards" / "matrix_status.json"
 # FT-Transformer attends over one token per column: wider DFS tables need (columns^2) memory per row
 # and layer (2,022 lahman columns: ~33 GB of attention scores per batch of 512), beyond this machine
 MAX_TOKENS = 256
+CELL_TIMEOUT_S = 1200  # per cell (3 seeds); --timeout raises it for the cells that need longer
 
 
 def experiment_task(experiment: str) -> tuple[str, str]:
@@ -158,6 +159,11 @@ def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
                 why = "timed out" if s["rc"] == "timeout" else f"failed ({s['error'] or s['rc']})"
                 row.append(f"{n}, {why} after {s['seconds']:.0f} s")
         lines.append(f"| {e} | " + " | ".join(row) + " |")
+    slow = [f"{s['cell']} on {s['experiment']} ({s['seconds'] / 60:.0f} min)" for s in status.values()
+            if s["rc"] == 0 and s["seconds"] > CELL_TIMEOUT_S]
+    if slow:
+        lines += ["", f"Longer than the default {CELL_TIMEOUT_S} s per cell, run with a larger `--timeout` "
+                  "(same budget and seeds): " + "; ".join(sorted(slow)) + "."]
     (ROOT / "leaderboards" / "MATRIX.md").write_text("\n".join(lines) + "\n")
 
 
@@ -166,7 +172,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated experiments (default: every built-in task)")
     ap.add_argument("--cells", default="", help="comma-separated model:input cells (default: the whole matrix)")
     ap.add_argument("--jobs", type=int, default=1, help="cells run at once")
-    ap.add_argument("--timeout", type=float, default=1200, help="seconds per cell (3 seeds)")
+    ap.add_argument("--timeout", type=float, default=CELL_TIMEOUT_S, help="seconds per cell (3 seeds)")
     ap.add_argument("--dry-run", action="store_true", help="list the cells that would run")
     a = ap.parse_args(argv)
     experiments = a.only.split(",") if a.only else TASKS
