@@ -64,6 +64,30 @@ def assert_same_batches(a, b, featured):
             assert torch.equal(inp_a[1][t]["cat"], inp_b[1][t]["cat"]), t
 
 
+def test_store_keeps_every_edge_id_of_an_all_edge_ids_sampler(data, tmp_path, monkeypatch):
+    """The store packs the edge ids its sampler carries, and keeps such batches apart from the default's."""
+    from fourdb.engine.sampler import TemporalSampler
+
+    monkeypatch.setenv("FOURDB_CACHE", str(tmp_path))
+    s = data.sampler
+
+    def with_all_ids(source):
+        source.sampler = TemporalSampler(s.graph, s.fanouts, s.strategy, s.device, (s.index, s.coder), True)
+        return source
+
+    online = epochs_of(with_all_ids(GraphSource(data, 64)), epochs=1)[0]
+    default = GraphSource(data, 64, engine={"mode": "offline", "store_epochs": 1})
+    epochs_of(default, epochs=1)
+    offline = with_all_ids(GraphSource(data, 64, engine={"mode": "offline", "store_epochs": 1}))
+    stored = epochs_of(offline, epochs=1)[0]
+    assert offline._store.folder != default._store.folder
+    assert len(online) == len(stored)
+    for (inp_a, _), (inp_b, _) in zip(online, stored):
+        for blk_a, blk_b in zip(inp_a[0], inp_b[0]):
+            for et in blk_a.canonical_etypes:
+                assert torch.equal(blk_a.edges[et].data[dgl.EID], blk_b.edges[et].data[dgl.EID]), et
+
+
 @pytest.mark.parametrize("cache_mb", [0.0, 0.02, 64.0])  # all cold, hot and cold mixed, all hot
 def test_store_replays_online_batches(data, cache_mb, tmp_path, monkeypatch):
     monkeypatch.setenv("FOURDB_CACHE", str(tmp_path))

@@ -186,7 +186,9 @@ class TemporalSampler:
         self.index = {t: ix.to(self.device) for t, ix in index.items()}
 
     def config(self) -> dict:
-        return {"fanouts": self.fanouts, "strategy": self.strategy}
+        # all_edge_ids only when set: it changes what a stored batch holds, and default configs keep their hashes
+        extra = {"all_edge_ids": True} if self.all_edge_ids else {}
+        return {"fanouts": self.fanouts, "strategy": self.strategy, **extra}
 
     def with_fanouts(self, fanouts: list[int]) -> "TemporalSampler":
         """The same index with other fanouts (e.g. full neighbourhoods for evaluation)."""
@@ -281,7 +283,7 @@ class TemporalSampler:
                     src_keys.setdefault(et[0], None)
                 if n == 0:
                     for et in ix.etypes:
-                        by_src.setdefault(et[0], []).append((et, empty, empty, empty))
+                        by_src.setdefault(et[0], []).append((et, empty, empty, None))  # ids: set below where carried
                     continue
                 nodes, ranks = dst_keys // n_cut, dst_keys % n_cut
                 # every (edge type, pair) at once: slot j of pair i is query j * n + i
@@ -297,18 +299,15 @@ class TemporalSampler:
                 dst_rows = rows % n
                 pairs = ix.src[at] * n_cut + ranks[dst_rows]
                 sizes = torch.bincount(rows // n, minlength=k).tolist()  # rows ascend: grouped by slot
-                ids = torch.split(ix.eid[at], sizes) if self.id_etypes.intersection(ix.etypes) else [None] * k
-                for et, p, d, e in zip(ix.etypes, torch.split(pairs, sizes), torch.split(dst_rows, sizes), ids):
-                    by_src.setdefault(et[0], []).append((et, p, d, e))
+                for et, a, p, d in zip(ix.etypes, *(torch.split(x, sizes) for x in (at, pairs, dst_rows))):
+                    by_src.setdefault(et[0], []).append((et, p, d, ix.eid[a] if et in self.id_etypes else None))
             # per source type: its destination pairs first, then the new neighbour pairs (sorted); one
             # unique with inverse gives both the new pairs and every edge's local source id
             src_unique, block_edges, block_eids = {}, {}, {}
             for t in src_keys:
                 dst_part = frontier.get(t, empty)
                 items = by_src.get(t, [])
-                for et, _, _, e in items:
-                    if et in self.id_etypes:
-                        block_eids[et] = e
+                block_eids.update((et, e) for et, _, _, e in items if e is not None)
                 nbrs = torch.cat([p for _, p, _, _ in items]) if items else empty
                 if not len(nbrs):
                     src_unique[t] = dst_part

@@ -93,11 +93,12 @@ def fingerprint(data) -> str:
 class _Layout:
     """Fixed order of node and edge types, so a batch is a row of integers."""
 
-    def __init__(self, graph, num_layers: int):
+    def __init__(self, sampler):
+        graph = sampler.graph
         self.ntypes = list(graph.ntypes)
         self.etypes = list(graph.canonical_etypes)
-        self.id_etypes = set(graph.edge_features)  # the edge types whose blocks carry edge ids (sampler.py)
-        self.L = num_layers
+        self.id_etypes = sampler.id_etypes  # the edge types whose blocks carry edge ids
+        self.L = len(sampler.fanouts)
         # edge lists are rows (local src, local dst, edge id or 0 where no ids): int32 unless more edges
         most = max((graph.g.num_edges(et) for et in self.etypes), default=0)
         self.dtype = np.int32 if most < 2 ** 31 else np.int64
@@ -193,7 +194,7 @@ class BatchStore:
                 build(source, rng, epochs, hot_rows, folder, key)
                 log.info("engine: sampled %d epochs into %s in %.1f s", epochs, folder, time.perf_counter() - start)
                 store = cls.open(folder, key, tier)
-        store.layout = _Layout(source.data.graph, len(source.sampler.fanouts))
+        store.layout = _Layout(source.sampler)
         return store
 
     @classmethod
@@ -313,7 +314,7 @@ class BatchStore:
 
 def replay_seconds(source, batches: list) -> float:
     """Median seconds to rebuild a batch from packed arrays, as ``load_batch`` does (timed in memory)."""
-    lay = _Layout(source.data.graph, len(source.sampler.fanouts))
+    lay = _Layout(source.sampler)
     data, times = source.data, []
     for batch in batches:
         meta, edges = lay.pack(batch, None)
@@ -334,7 +335,7 @@ def replay_seconds(source, batches: list) -> float:
 def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> None:
     """Sample ``epochs`` epochs from a copy of ``rng`` and write them, manifest last, then rename."""
     data, rng = source.data, copy.deepcopy(rng)
-    lay = _Layout(data.graph, len(source.sampler.fanouts))
+    lay = _Layout(source.sampler)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
     try:
