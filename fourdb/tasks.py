@@ -48,6 +48,7 @@ class TaskSpec:
     cutoff_column: str | None = None
     known_columns: list[str] = field(default_factory=list)
     description: str = ""
+    sanity: bool = False  # a check (e.g. a planted leak that must stay at chance), left out of average ranks
     raw: dict = field(default_factory=dict)
 
     @property
@@ -81,7 +82,7 @@ class TaskSpec:
             entity_table=need("entity_table") if kind == "entity_window" else need("table"),
             timestamps={k: v for k, v in ts.items()},
             metrics=list(raw.get("metrics") or DEFAULT_METRICS[task_type]),
-            description=raw.get("description", ""), raw=raw,
+            description=raw.get("description", ""), sanity=bool(raw.get("sanity", False)), raw=raw,
         )
         if kind == "entity_window":
             spec.sql, spec.window = need("sql"), need("window")

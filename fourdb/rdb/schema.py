@@ -23,7 +23,7 @@ A database folder holds one data file per table (parquet or CSV) and a ``schema.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -33,6 +33,25 @@ from fourdb.errors import SchemaError
 DTYPES = ("numeric", "category", "datetime", "text", "primary_key", "foreign_key")
 FEATURE_DTYPES = ("numeric", "category", "datetime", "text")
 DANGLING_POLICIES = ("error", "null")
+SCHEMA_KEYS = ("name", "tables", "on_dangling_foreign_key")
+TABLE_KEYS = ("name", "source", "time_column", "time_from", "static", "columns")
+COLUMN_KEYS = ("name", "dtype", "link_to", "inferred")
+
+
+def did_you_mean(word: str, choices) -> str:
+    """' (did you mean 'x'?)' for the closest choice, or ''."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.5)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def check_keys(raw: dict, known, where: str, error: type = SchemaError) -> None:
+    """Refuse a key that is not one of ``known``: a typo must not silently drop a setting."""
+    for key in raw:
+        if key not in known:
+            raise error(f"{where}: unknown key '{key}'{did_you_mean(key, known)} "
+                              f"(allowed: {', '.join(known)})")
 
 
 @dataclass
@@ -41,6 +60,7 @@ class Column:
     dtype: str
     link_to: str | None = None  # "Table.column" for foreign keys
     inferred: bool = False  # key found by inference rather than declared
+    derived: bool = False  # computed at load (an inherited time), never written to schema.yaml nor a feature
 
     @property
     def link_table(self) -> str:
@@ -57,6 +77,10 @@ class Table:
     source: str
     columns: list[Column]
     time_column: str | None = None
+    # a table without its own time takes the latest time of the parents these foreign keys point to
+    # (None: inferred at load from the foreign keys to timed tables; see Database.load)
+    time_from: list[str] | None = None
+    static: bool = False  # declared a true dimension table: rows always known, even if it references timed ones
 
     def column(self, name: str) -> Column:
         for col in self.columns:
@@ -79,7 +103,11 @@ class Table:
 
     @property
     def feature_columns(self) -> list[Column]:
-        return [c for c in self.columns if c.dtype in FEATURE_DTYPES]
+        return [c for c in self.columns if c.dtype in FEATURE_DTYPES and not c.derived]
+
+    @property
+    def declared_columns(self) -> list[Column]:
+        return [c for c in self.columns if not c.derived]
 
 
 @dataclass
@@ -87,7 +115,6 @@ class Schema:
     name: str
     tables: list[Table]
     on_dangling_foreign_key: str = "error"
-    extra: dict = field(default_factory=dict)
 
     def table(self, name: str) -> Table:
         for t in self.tables:
@@ -104,10 +131,14 @@ class Schema:
     def from_dict(cls, raw: dict, where: str = "schema.yaml") -> "Schema":
         if not isinstance(raw, dict):
             raise SchemaError(f"{where}: expected a mapping with 'name' and 'tables'")
+        check_keys(raw, SCHEMA_KEYS, where)
         tables_raw = raw.get("tables")
         if not tables_raw:
             raise SchemaError(f"{where}: no tables declared")
+        if not isinstance(tables_raw, list):
+            raise SchemaError(f"{where}: 'tables' must be a list of tables")
         policy = raw.get("on_dangling_foreign_key", "error")
+        policy = "null" if policy is None else policy  # YAML `null` and the string "null" mean the same
         if policy not in DANGLING_POLICIES:
             raise SchemaError(
                 f"{where}: on_dangling_foreign_key must be one of {DANGLING_POLICIES}, got '{policy}'"
@@ -118,6 +149,7 @@ class Schema:
             if not isinstance(t, dict) or "name" not in t:
                 raise SchemaError(f"{where}: table #{i + 1} has no name")
             tname = str(t["name"])
+            check_keys(t, TABLE_KEYS, f"{where}, table '{tname}'")
             if tname in seen:
                 raise SchemaError(f"{where}: table '{tname}' is declared twice")
             seen.add(tname)
@@ -127,6 +159,7 @@ class Schema:
             for c in t.get("columns") or []:
                 if not isinstance(c, dict) or "name" not in c or "dtype" not in c:
                     raise SchemaError(f"table '{tname}': every column needs 'name' and 'dtype'")
+                check_keys(c, COLUMN_KEYS, f"{where}, table '{tname}', column '{c['name']}'")
                 if c["dtype"] not in DTYPES:
                     raise SchemaError(
                         f"table '{tname}', column '{c['name']}': unknown dtype '{c['dtype']}' "
@@ -146,17 +179,21 @@ class Schema:
                 raise SchemaError(f"table '{tname}': no columns declared")
             if sum(c.dtype == "primary_key" for c in cols) > 1:
                 raise SchemaError(f"table '{tname}': more than one primary_key column")
-            tables.append(Table(tname, str(t["source"]), cols, t.get("time_column")))
-        known = {"name", "tables", "on_dangling_foreign_key"}
-        extra = {k: v for k, v in raw.items() if k not in known}
-        return cls(str(raw.get("name", "database")), tables, policy, extra)
+            time_from = t.get("time_from")
+            if time_from is not None:
+                time_from = [str(time_from)] if isinstance(time_from, str) else [str(x) for x in time_from]
+            static = t.get("static", False)
+            if not isinstance(static, bool):
+                raise SchemaError(f"table '{tname}': static must be true or false, got {static!r}")
+            tables.append(Table(tname, str(t["source"]), cols, t.get("time_column"), time_from, static))
+        return cls(str(raw.get("name", "database")), tables, policy)
 
     def to_dict(self) -> dict:
-        out = {"name": self.name, "on_dangling_foreign_key": self.on_dangling_foreign_key, **self.extra}
+        out = {"name": self.name, "on_dangling_foreign_key": self.on_dangling_foreign_key}
         out["tables"] = []
         for t in self.tables:
             cols = []
-            for c in t.columns:
+            for c in t.declared_columns:
                 d = {"name": c.name, "dtype": c.dtype}
                 if c.link_to:
                     d["link_to"] = c.link_to
@@ -164,8 +201,12 @@ class Schema:
                     d["inferred"] = True
                 cols.append(d)
             td = {"name": t.name, "source": t.source}
-            if t.time_column:
+            if t.time_column and not t.column(t.time_column).derived:
                 td["time_column"] = t.time_column
+            if t.time_from:
+                td["time_from"] = list(t.time_from)
+            if t.static:
+                td["static"] = True
             td["columns"] = cols
             out["tables"].append(td)
         return out
