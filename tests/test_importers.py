@@ -210,6 +210,166 @@ def test_unknown_folder(tmp_path):
         import_database(tmp_path / "src", tmp_path / "out")
 
 
+# ---- damaged data: values that break their declared type or key ------------------------------------
+def sqlite_file(path, script):
+    con = sqlite3.connect(path)
+    con.executescript(script)
+    con.commit()
+    con.close()
+    return path
+
+
+def orders_with(amount_values, at_values):
+    """orders(order_id, amount INTEGER, at DATETIME) with the given values, 20 rows, in SQLite."""
+    rows = ", ".join(f"({i + 1}, {a!r}, {t!r})" for i, (a, t) in enumerate(zip(amount_values, at_values)))
+    return ("CREATE TABLE orders (order_id INTEGER PRIMARY KEY, amount INTEGER, at DATETIME);"
+            f"INSERT INTO orders VALUES {rows};")
+
+
+GOOD_TIMES = [f"2021-01-{d:02d} 10:00:00" for d in range(1, 21)]
+
+
+def test_text_in_numeric_column_is_an_error(tmp_path):
+    amounts = list(range(20))
+    amounts[16], amounts[18], amounts[19] = "abc", "n/a", ""
+    src = sqlite_file(tmp_path / "shop.sqlite", orders_with(amounts, GOOD_TIMES))
+    with pytest.raises(DatabaseImportError) as e:
+        import_database(src, tmp_path / "out")
+    assert str(e.value).startswith("table 'orders', column 'amount': value 'abc' (row 17; 3 bad rows) is not "
+                                   "numeric (declared INTEGER)")
+    assert "--lenient" in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == [src]  # no folder, no leftovers
+
+
+def test_text_in_numeric_column_lenient(tmp_path):
+    amounts = list(range(20))
+    amounts[16], amounts[18] = "abc", "n/a"
+    src = sqlite_file(tmp_path / "shop.sqlite", orders_with(amounts, GOOD_TIMES))
+    report = import_database(src, tmp_path / "out", lenient=True)
+    orders = pd.read_parquet(tmp_path / "out" / "orders.parquet")
+    assert orders["amount"].isna().tolist() == [i in (16, 18) for i in range(20)]
+    assert orders["amount"].iloc[3] == 3
+    assert "warning: table 'orders', column 'amount': value 'abc' (row 17; 2 bad rows) is not numeric " \
+           "(declared INTEGER); 2 values set to NULL" in report.format()
+
+
+def test_bad_datetime_is_an_error_not_a_lost_time_column(tmp_path):
+    times = list(GOOD_TIMES)
+    times[4], times[9] = "next tuesday", 1612345678  # a number is no timestamp: seconds? days?
+    src = sqlite_file(tmp_path / "shop.sqlite", orders_with(list(range(20)), times))
+    with pytest.raises(DatabaseImportError, match=r"table 'orders', column 'at': value 'next tuesday' \(row 5; "
+                                                  r"2 bad rows\) is not a timestamp from 1677 to 2262 "
+                                                  r"\(declared DATETIME\)"):
+        import_database(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+    report = import_database(src, tmp_path / "out", lenient=True)
+    raw = yaml.safe_load((tmp_path / "out" / "schema.yaml").read_text())
+    assert raw["tables"][0]["time_column"] == "at"
+    assert "time column at (guessed: its only datetime column)" in report.format()
+    assert any("column 'at'" in w and "2 values set to NULL" in w for w in report.warnings)
+    at = pd.read_parquet(tmp_path / "out" / "orders.parquet")["at"]
+    assert at.isna().tolist() == [i in (4, 9) for i in range(20)]
+    assert at.iloc[0] == pd.Timestamp("2021-01-01 10:00")
+
+
+def test_date_beyond_2262_is_an_error(tmp_path):
+    """DuckDB holds dates up to year 9999 (a common "no end" value); fourdb's nanosecond times stop in 2262."""
+    import duckdb
+
+    src = tmp_path / "shop.duckdb"
+    con = duckdb.connect(str(src))
+    con.execute("CREATE TABLE offers (offer_id INTEGER PRIMARY KEY, valid_until DATE)")
+    con.execute("INSERT INTO offers VALUES (1, '2021-05-01'), (2, '9999-12-31'), (3, '2021-06-01')")
+    con.close()
+    with pytest.raises(DatabaseImportError, match=r"column 'valid_until': value Timestamp\('9999-12-31 00:00:00'\) "
+                                                  r"\(row 2; 1 bad rows\) is not a timestamp from 1677 to 2262"):
+        import_database(src, tmp_path / "out")
+    import_database(src, tmp_path / "out", lenient=True)
+    assert pd.read_parquet(tmp_path / "out" / "offers.parquet")["valid_until"].isna().tolist() == [False, True, False]
+
+
+def test_primary_key_with_nulls(tmp_path):
+    src = sqlite_file(tmp_path / "shop.sqlite", """
+        CREATE TABLE users (id TEXT PRIMARY KEY, country TEXT);  -- SQLite lets a non-INTEGER primary key be NULL
+        INSERT INTO users VALUES ('a', 'fr'), ('b', 'de'), (NULL, 'us'), ('c', 'fr'), (NULL, 'de');
+        CREATE TABLE orders (order_id INTEGER PRIMARY KEY, user_id TEXT REFERENCES users(id));
+        INSERT INTO orders VALUES (1, 'a'), (2, 'c');""")
+    with pytest.raises(DatabaseImportError, match=r"^table 'users', column 'id': declared primary key is null in "
+                                                  r"row 3 \(2 null rows\); import with --lenient to drop"):
+        import_database(src, tmp_path / "out")
+    report = import_database(src, tmp_path / "out", lenient=True)
+    raw = yaml.safe_load((tmp_path / "out" / "schema.yaml").read_text())
+    users, orders = raw["tables"]
+    assert users["columns"][0] == {"name": "id", "dtype": "primary_key"}  # the key and the link to it stay
+    assert orders["columns"][1]["link_to"] == "users.id"
+    assert pd.read_parquet(tmp_path / "out" / "users.parquet")["id"].tolist() == ["a", "b", "c"]
+    assert any("null in row 3 (2 null rows); 2 rows dropped" in w for w in report.warnings)
+
+
+def test_primary_key_with_duplicates(tmp_path):
+    src = sqlite_file(tmp_path / "shop.sqlite", """
+        CREATE TABLE users (id TEXT, country TEXT);
+        INSERT INTO users VALUES ('a', 'fr'), ('b', 'de'), ('a', 'us'), ('c', 'fr'), ('a', 'de'), ('b', 'us');""")
+    # SQLite enforces declared keys, so declare one after the fact, as a damaged or hand-edited file can
+    con = sqlite3.connect(src)
+    con.execute("PRAGMA writable_schema = ON")
+    con.execute("UPDATE sqlite_master SET sql = 'CREATE TABLE users (id TEXT PRIMARY KEY, country TEXT)' "
+                "WHERE name = 'users'")
+    con.commit()
+    con.close()
+    with pytest.raises(DatabaseImportError, match=r"^table 'users', column 'id': declared primary key repeats 'a' "
+                                                  r"in row 3 \(3 duplicate rows\)"):
+        import_database(src, tmp_path / "out")
+    report = import_database(src, tmp_path / "out", lenient=True)
+    users = pd.read_parquet(tmp_path / "out" / "users.parquet")
+    assert users["id"].tolist() == ["a", "b", "c"] and users["country"].tolist() == ["fr", "de", "fr"]  # first kept
+    assert any("3 rows dropped, the first row of each key kept" in w for w in report.warnings)
+    assert yaml.safe_load((tmp_path / "out" / "schema.yaml").read_text())["tables"][0]["columns"][0]["dtype"] \
+        == "primary_key"
+
+
+def test_empty_table_is_skipped_with_a_note(tmp_path):
+    frames = shop_frames()
+    src = write_sqlite(tmp_path / "shop.sqlite", frames)
+    sqlite_file(src, "CREATE TABLE coupons (coupon_id INTEGER PRIMARY KEY, code TEXT);")
+    report = import_database(src, tmp_path / "out")
+    assert "coupons" not in Database.load(tmp_path / "out").schema.table_names
+    assert "note: table 'coupons' has no rows; skipped" in report.format()
+
+
+def test_undeclared_column_of_mixed_values(tmp_path):
+    """SQLite lets an untyped column hold numbers and text together; it is imported as strings."""
+    src = sqlite_file(tmp_path / "shop.sqlite", """
+        CREATE TABLE items (item_id INTEGER PRIMARY KEY, size);
+        INSERT INTO items VALUES (1, 1), (2, 'XL'), (3, 2.5), (4, NULL), (5, 'XL');""")
+    import_database(src, tmp_path / "out")
+    assert pd.read_parquet(tmp_path / "out" / "items.parquet")["size"].tolist() == ["1", "XL", "2.5", None, "XL"]
+
+
+def test_cli_error_is_one_line(tmp_path):
+    """The real command: a damaged value ends in one line on stderr and exit code 2, never a traceback."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    amounts = list(range(20))
+    amounts[5] = "abc"
+    src = sqlite_file(tmp_path / "shop.sqlite", orders_with(amounts, GOOD_TIMES))
+    cmd = [sys.executable, "-m", "fourdb.cli", "import", str(src), "--out", str(tmp_path / "out")]
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == ["error: table 'orders', column 'amount': value 'abc' (row 6; 1 bad rows) is "
+                                        "not numeric (declared INTEGER); import with --lenient to make such values "
+                                        "NULL"]
+    assert not (tmp_path / "out").exists()
+    done = subprocess.run(cmd + ["--lenient"], capture_output=True, text=True, cwd=root, env=env, timeout=300)
+    assert done.returncode == 0 and "1 values set to NULL" in done.stdout
+
+
 # ---- 4DBInfer -------------------------------------------------------------------------------------
 def write_4dbinfer(root, fmt="parquet"):
     """A tiny 4DBInfer dataset: users, purchases (link to users and to an item table that is not stored),
@@ -369,3 +529,65 @@ def test_import_then_validate_and_run(tmp_path, capsys):
     record = run_experiment(cfg)
     assert record["dataset"] == "out" and record["task"] == "customer-churn"
     assert record["num_seeds"] == {"train": 150, "val": 25, "test": 25}
+
+
+# ---- tables without a time column take their timed parents' time ---------------------------------------
+def write_invoices(path, kind):
+    """invoices (dated) <- invoice_lines <- line_notes, and products (a dimension) <- invoice_lines."""
+    ddl = ["CREATE TABLE products (product_id INTEGER PRIMARY KEY, name VARCHAR)",
+           "CREATE TABLE invoices (invoice_id INTEGER PRIMARY KEY, issued_at TIMESTAMP, total DOUBLE)",
+           "CREATE TABLE invoice_lines (line_id INTEGER PRIMARY KEY, "
+           "invoice_id INTEGER REFERENCES invoices(invoice_id), "
+           "product_id INTEGER REFERENCES products(product_id), qty INTEGER)",
+           "CREATE TABLE line_notes (note_id INTEGER PRIMARY KEY, line_id INTEGER REFERENCES invoice_lines(line_id), "
+           "note VARCHAR)"]
+    rows = ["INSERT INTO products VALUES (1, 'pen'), (2, 'ink')",
+            "INSERT INTO invoices VALUES (1, '2021-03-01 09:00:00', 5.0), (2, '2021-03-02 11:30:00', 7.5)",
+            "INSERT INTO invoice_lines VALUES (1, 1, 1, 2), (2, 1, 2, 1), (3, 2, 1, 3)",
+            "INSERT INTO line_notes VALUES (1, 1, 'gift'), (2, 3, 'rush')"]
+    if kind == "sqlite":
+        return sqlite_file(path, ";".join(ddl + rows) + ";")
+    import duckdb
+
+    con = duckdb.connect(str(path))
+    for statement in ddl + rows:
+        con.execute(statement)
+    con.close()
+    return path
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "duckdb"])
+def test_line_items_take_their_parents_time(tmp_path, kind):
+    src = write_invoices(tmp_path / f"shop.{kind}", kind)
+    report = import_database(src, tmp_path / "out")
+    raw = {t["name"]: t for t in yaml.safe_load((tmp_path / "out" / "schema.yaml").read_text())["tables"]}
+    assert raw["invoices"]["time_column"] == "issued_at" and "time_from" not in raw["invoices"]
+    assert raw["invoice_lines"]["time_from"] == ["invoice_id"]  # not product_id: products have no time
+    assert raw["line_notes"]["time_from"] == ["line_id"]  # a chain: notes -> lines -> invoices
+    assert "time_from" not in raw["products"] and "time_column" not in raw["products"]
+    text = report.format()
+    assert "invoice_lines: 3 rows, primary key line_id, invoice_id -> invoices.invoice_id, product_id -> " \
+           "products.product_id, time from invoice_id -> invoices" in text
+    assert "line_notes: 2 rows, primary key note_id, line_id -> invoice_lines.line_id, time from line_id -> " \
+           "invoice_lines" in text
+    assert "note: table 'invoice_lines' has no time column; its rows take the time of the invoices row they " \
+           "reference (time_from: invoice_id)" in text
+
+
+def test_relbench_line_items_take_their_parents_time(tmp_path):
+    root = tmp_path / "rel-lines"
+    orders = pd.DataFrame({"order_id": np.arange(4), "at": pd.date_range("2023-01-01", periods=4, freq="D")})
+    shipments = pd.DataFrame({"shipment_id": np.arange(3), "sent": pd.date_range("2023-01-05", periods=3, freq="D")})
+    lines = pd.DataFrame({"line_id": np.arange(6), "order_id": [0, 0, 1, 2, 3, 3], "shipment_id": [0, 0, 1, 1, 2, 2],
+                          "qty": np.arange(6) + 1.0})
+    save_relbench(orders, root / "db" / "orders.parquet", {}, "order_id", "at")
+    save_relbench(shipments, root / "db" / "shipments.parquet", {}, "shipment_id", "sent")
+    save_relbench(lines, root / "db" / "lines.parquet", {"order_id": "orders", "shipment_id": "shipments"},
+                  "line_id", None)
+    report = import_database(root, tmp_path / "out")
+    raw = {t["name"]: t for t in yaml.safe_load((tmp_path / "out" / "schema.yaml").read_text())["tables"]}
+    assert raw["lines"]["time_from"] == ["order_id", "shipment_id"]
+    text = report.format()
+    assert "time from order_id -> orders, shipment_id -> shipments (the latest)" in text
+    assert "its rows take the latest time of the orders and shipments rows they reference " \
+           "(time_from: order_id, shipment_id)" in text

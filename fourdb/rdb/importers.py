@@ -5,7 +5,10 @@
 * a SQLite or DuckDB file: every table is exported; primary and foreign keys declared in the catalog
   are kept, and where none are declared they are inferred (see ``infer_keys``) and marked
   ``inferred: true`` in schema.yaml; column dtypes are inferred from the SQL types and the values;
-  a table with exactly one datetime column gets it as its time column (a guess, reported).
+  a table with exactly one datetime column gets it as its time column (a guess, reported). SQLite stores
+  any value in any column, so a value that does not fit its declared type (text in a REAL column, an
+  unparseable date in a DATETIME one) and a declared primary key with nulls or duplicates are errors;
+  ``lenient=True`` makes such values NULL and drops such rows instead, and counts them in the report.
 * a folder in 4DBInfer's format (``metadata.yaml`` with ``dataset_name``, ``tables`` and ``tasks``):
   its declared columns, keys and time columns are converted, and its tasks that predict one value per
   row at a time become row-column task files in ``DIR/tasks/``.
@@ -18,11 +21,15 @@ the earliest validation sample and test at the earliest test sample; a sample's 
 just before the next split starts (as 4DBInfer's temporal constraint and RelBench's timestamps
 allow), so a training label is never visible to another training seed but is to validation seeds.
 
+A table left without a time column that references timed tables (the lines of dated invoices) gets
+``time_from``: its rows take the latest time of the parent rows they point to, so they cannot leak.
+
 Everything is written to a temporary folder beside ``out``, loaded back through ``Database.load``
 (so the result passes ``fourdb validate``), and only then renamed to ``out``.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import shutil
@@ -36,7 +43,7 @@ import pandas as pd
 import yaml
 
 from fourdb.errors import DatabaseImportError, FourdbError
-from fourdb.rdb.database import Database, write_database
+from fourdb.rdb.database import Database, _first_bad, write_database
 from fourdb.rdb.schema import Column, Schema, Table
 from fourdb.utils import atomic_write_text, duckdb_connect
 
@@ -71,6 +78,7 @@ class ImportReport:
     rows: dict[str, int] = field(default_factory=dict)
     tasks: dict[str, dict[str, int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what a lenient import dropped or made NULL
     guessed_time: set[str] = field(default_factory=set)
 
     def format(self) -> str:
@@ -84,18 +92,28 @@ class ImportReport:
                 parts.append(f"{fk.name} -> {fk.link_to}" + (" (inferred)" if fk.inferred else ""))
             if t.time_column:
                 parts.append(f"time column {t.time_column}" + (" (guessed: its only datetime column)" if t.name in self.guessed_time else ""))
+            elif t.time_from:
+                parts.append("time from " + ", ".join(f"{c} -> {t.column(c).link_table}" for c in t.time_from)
+                             + (" (the latest)" if len(t.time_from) > 1 else ""))
             lines.append(f"  {t.name}: " + ", ".join(parts))
         for name, counts in self.tasks.items():
             lines.append(f"  task {name}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        lines += [f"  warning: {w}" for w in self.warnings]
         lines += [f"  note: {n}" for n in self.notes]
         lines.append(f"review {self.out}/schema.yaml (inferred keys say `inferred: true`; guessed time columns "
-                     f"can be changed), then: fourdb validate {self.out}")
+                     f"and time_from can be changed), then: fourdb validate {self.out}")
         return "\n".join(lines)
 
 
 # ---- entry point ------------------------------------------------------------------------------
-def import_database(path: str | Path, out: str | Path, name: str | None = None) -> ImportReport:
-    """Convert the database at ``path`` into a fourdb database folder ``out`` (which must not exist or be empty)."""
+def import_database(path: str | Path, out: str | Path, name: str | None = None,
+                    lenient: bool = False) -> ImportReport:
+    """Convert the database at ``path`` into a fourdb database folder ``out`` (which must not exist or be empty).
+
+    ``lenient``: values that do not fit their declared type become NULL and rows with a null or repeated
+    declared primary key are dropped (the first of each key kept), counted in the report's warnings,
+    where otherwise they are errors.
+    """
     path, out = Path(path), Path(out)
     if not path.exists():
         raise DatabaseImportError(f"{path}: no such file or folder")
@@ -126,7 +144,7 @@ def import_database(path: str | Path, out: str | Path, name: str | None = None) 
         dname, infer = path.stem, True
     if not sources:
         raise DatabaseImportError(f"{path}: the database has no tables")
-    schema, frames = assemble(name or dname, sources, infer, report)
+    schema, frames = assemble(name or dname, sources, infer, report, lenient)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-import-"))
@@ -281,9 +299,98 @@ def _convert(values: pd.Series, dtype: str) -> pd.Series:
         return _parse_datetimes(values, numbers_as_ns=True)
     if dtype == "numeric" and not pd.api.types.is_numeric_dtype(values):
         return pd.to_numeric(values, errors="coerce")
-    if dtype in ("category", "text") and values.dtype != object:
-        return values.astype(object).where(values.notna(), None)
+    if dtype in ("category", "text"):  # as strings: a SQLite column may mix numbers and text, parquet cannot
+        return values.map(str, na_action="ignore").astype(object).where(values.notna(), None)
     return values
+
+
+# ---- declared types and keys: bad values stop the import (or, lenient, become NULL) ---------------
+def _declared_kind(sql_type: str) -> str | None:
+    """'numeric', 'datetime' or None (no check) for a catalog type, by SQLite's type affinity rules.
+
+    INT anywhere wins, then text types, as in SQLite (sqlite.org/datatype3.html, "column affinity"). DATE
+    and TIMESTAMP (DATETIME included) are checked as timestamps, but not a bare TIME (a time of day).
+    """
+    t = re.sub(r"\(.*\)", "", sql_type or "").upper()  # a type's arguments are no type: ENUM('PRINT')
+    if "INT" in t:
+        return "numeric"
+    if any(w in t for w in ("CHAR", "CLOB", "TEXT")):
+        return None
+    if "DATE" in t or "TIMESTAMP" in t:
+        return "datetime"
+    if any(w in t for w in ("REAL", "FLOA", "DOUB", "NUMERIC", "DECIMAL")):
+        return "numeric"
+    return None
+
+
+def _to_timestamps(values: pd.Series) -> pd.Series:
+    """Each value as naive UTC datetime64[ns]; NaT where it is not a date (or date string) from 1677 to 2262."""
+    if pd.api.types.is_datetime64_any_dtype(values):
+        out = values
+    elif pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+        # a number could be seconds, milliseconds or a Julian day: which one is the user's call
+        return pd.Series(pd.NaT, index=values.index, dtype="datetime64[ns]")
+    else:
+        if pd.api.types.infer_dtype(values, skipna=True) not in ("string", "date", "datetime", "empty"):
+            values = values.where(values.map(lambda v: isinstance(v, (str, datetime.date, np.datetime64))))
+        with np.errstate(all="ignore"):
+            out = pd.to_datetime(values, errors="coerce", format="mixed", utc=True)
+    if getattr(out.dt, "tz", None) is not None:
+        out = out.dt.tz_convert("UTC").dt.tz_localize(None)
+    # DuckDB gives microseconds, which reach year 9999 (a common "no end" date); nanoseconds stop in 2262
+    out = out.where(out.isna() | ((out >= pd.Timestamp.min) & (out <= pd.Timestamp.max)))
+    return out.astype("datetime64[ns]")
+
+
+def _check_declared_types(t: SourceTable, lenient: bool, report: ImportReport) -> None:
+    """Hold each column to its declared type: SQLite stores any value in any column, so 'abc' in a REAL
+    column or 'soon' in a DATETIME one is damage to report, not a reason to re-infer the column (a
+    DATETIME column re-inferred as text would lose the table its time column)."""
+    keys = {t.primary_key, *t.foreign_keys}
+    for col, sql_type in t.sql_types.items():
+        kind = _declared_kind(sql_type)
+        if kind is None or col not in t.frame.columns or _is_nested(t.frame[col]):
+            continue
+        values = t.frame[col]
+        if kind == "numeric":
+            if values.dtype != object:  # a numeric, date or interval dtype cannot hold text
+                continue
+            parsed, problem = pd.to_numeric(values, errors="coerce"), "is not numeric"
+        elif col in keys:  # keys keep their values; a date-valued key is compared as written
+            continue
+        else:
+            parsed, problem = _to_timestamps(values), "is not a timestamp from 1677 to 2262"
+        bad = values.notna() & parsed.isna()
+        if bad.any():
+            msg = f"table '{t.name}', column '{col}': {_first_bad(values, bad)} {problem} (declared {sql_type})"
+            if not lenient:
+                raise DatabaseImportError(f"{msg}; import with --lenient to make such values NULL")
+            report.warnings.append(f"{msg}; {int(bad.sum())} values set to NULL")
+        t.frame[col] = parsed
+
+
+def _check_primary_key(t: SourceTable, lenient: bool, report: ImportReport) -> None:
+    """A declared primary key with nulls or repeats is damage to report: dropping the key instead would
+    silently drop every foreign key to the table too."""
+    pk, where = t.primary_key, f"table '{t.name}', column '{t.primary_key}'"
+    values = t.frame[pk]
+    nulls = values.isna()
+    repeats = values.duplicated() & ~nulls
+    for bad, problem, fix, kept in (
+            (nulls, "is null in row {row} ({n} null rows)", "drop those rows", "rows dropped"),
+            (repeats, "repeats {value!r} in row {row} ({n} duplicate rows)", "keep the first row of each key",
+             "rows dropped, the first row of each key kept")):
+        if bad.any():
+            i, n = int(bad.to_numpy().nonzero()[0][0]), int(bad.sum())
+            msg = f"{where}: declared primary key " + problem.format(row=i + 1, n=n, value=values.iloc[i])
+            if not lenient:
+                raise DatabaseImportError(f"{msg}; import with --lenient to {fix}")
+            report.warnings.append(f"{msg}; {n} {kept}")
+    t.frame = t.frame[~(nulls | repeats)].reset_index(drop=True)
+    if not _usable_key(t.frame[pk]):
+        report.notes.append(f"{where}: declared primary key holds values a key cannot (fractional numbers, "
+                            f"timestamps, booleans or lists); not used as the key")
+        t.primary_key = None
 
 
 # ---- key inference -----------------------------------------------------------------------------
@@ -365,9 +472,13 @@ def infer_foreign_keys(tables: dict[str, SourceTable], report: ImportReport | No
 
 
 # ---- turning source tables into a schema ---------------------------------------------------------
-def assemble(name: str, sources: list[SourceTable], infer_keys: bool,
-             report: ImportReport) -> tuple[Schema, dict[str, pd.DataFrame]]:
-    """Settle keys (declared, else inferred when ``infer_keys``), dtypes and time columns of the source tables."""
+def assemble(name: str, sources: list[SourceTable], infer_keys: bool, report: ImportReport,
+             lenient: bool = False) -> tuple[Schema, dict[str, pd.DataFrame]]:
+    """Settle keys (declared, else inferred when ``infer_keys``), dtypes and time columns of the source tables.
+
+    Values that break their declared type or primary key raise, or with ``lenient`` become NULL or drop
+    their rows (reported as warnings).
+    """
     tables = {t.name: t for t in sources}
     for t in sources:
         t.frame.columns = [str(c) for c in t.frame.columns]
@@ -393,10 +504,9 @@ def assemble(name: str, sources: list[SourceTable], infer_keys: bool,
 
     inferred_pk: set[str] = set()
     for t in tables.values():
-        if t.primary_key is not None and not _is_unique_key(t.frame[t.primary_key]):
-            report.notes.append(f"table '{t.name}', column '{t.primary_key}': declared primary key has nulls or "
-                                f"duplicates; not used as the key")
-            t.primary_key = None
+        _check_declared_types(t, lenient, report)
+        if t.primary_key is not None:
+            _check_primary_key(t, lenient, report)
         if t.primary_key is None and infer_keys:
             t.primary_key = infer_primary_key(t.name, t.frame)
             if t.primary_key is not None:
@@ -470,12 +580,43 @@ def assemble(name: str, sources: list[SourceTable], infer_keys: bool,
         source = _file_name(t.name, used_sources)
         schema_tables.append(Table(t.name, source, cols, time_col))
         frames[t.name] = pd.DataFrame(data).reset_index(drop=True)
+    _inherit_time(schema_tables, report)
     policy = "error"
     if dangling:
         policy = "null"
         report.notes.append("dangling foreign-key values become NULL (on_dangling_foreign_key: null): "
                             + "; ".join(dangling))
     return Schema(name, schema_tables, policy), frames
+
+
+def _inherit_time(tables: list[Table], report: ImportReport) -> None:
+    """Give each table left without a time column ``time_from``: its foreign keys to timed tables.
+
+    A line item of a dated invoice is known no earlier than its invoice; left timeless it would be
+    visible at every cutoff, a leak. Parents are settled first, so a chain (sub-lines -> lines ->
+    invoices) passes the time down.
+    """
+    timed = {t.name for t in tables if t.time_column}
+    pending = {t.name: t for t in tables if not t.time_column}
+    while pending:
+        ready = [t for t in pending.values()
+                 if not any(fk.link_table in pending and fk.link_table != t.name for fk in t.foreign_keys)]
+        if not ready:  # untimed tables referencing each other: start where one references a timed table
+            ready = [t for t in pending.values() if any(fk.link_table in timed for fk in t.foreign_keys)]
+            if not ready:
+                break
+        for t in ready:
+            del pending[t.name]
+            fks = [fk for fk in t.foreign_keys if fk.link_table in timed and fk.link_table != t.name]
+            if not fks:
+                continue
+            t.time_from = [fk.name for fk in fks]
+            timed.add(t.name)
+            parents = " and ".join(dict.fromkeys(fk.link_table for fk in fks))
+            latest = "latest " if len(fks) > 1 else ""
+            report.notes.append(f"table '{t.name}' has no time column; its rows take the {latest}time of the "
+                                f"{parents} row{'s' if len(fks) > 1 else ''} they reference "
+                                f"(time_from: {', '.join(t.time_from)})")
 
 
 def _file_name(table: str, used: set[str]) -> str:
