@@ -44,7 +44,11 @@ def _hydra_run(argv: list[str]) -> None:
         return record["metrics"]["val"][record["metric"]]
 
     OmegaConf.register_new_resolver("metric_direction", metric_direction, replace=True)
-    sys.argv = ["fourdb run", *_folder_dataset(argv)]
+    try:
+        sys.argv = ["fourdb run", *_folder_dataset(argv)]
+    except FourdbError as e:  # a mistyped dataset path, found before Hydra starts
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     app()
 
 
@@ -58,16 +62,27 @@ def metric_direction(dataset, task: str) -> str:
 
 
 def _folder_dataset(argv: list[str]) -> list[str]:
-    """``dataset=path/to/db`` (a database folder, not a config name) -> the ``folder`` dataset config."""
+    """``dataset=path/to/db`` (a database folder, not a config name) -> the ``folder`` dataset config.
+
+    A value that looks like a path but is no database folder is refused here in one line; Hydra would
+    only say that it has no config ``dataset/<value>``.
+    """
     out = []
     for arg in argv:
         key, _, value = arg.partition("=")
-        if key == "dataset" and value and "," not in value and not (Path(CONF_DIR) / "dataset" / f"{value}.yaml").exists() \
-                and Path(value).is_dir():
+        hydra_syntax = any(c in value for c in ",()[]{}$*")  # a sweep, choice(...), an interpolation
+        config = "/" not in value and (Path(CONF_DIR) / "dataset" / f"{value}.yaml").exists()
+        if key != "dataset" or not value or hydra_syntax or config:
+            out.append(arg)
+        elif (Path(value) / "schema.yaml").is_file():
             path = str(Path(value).resolve()).replace("'", "\\'")
             label = Path(value).resolve().name.replace("'", "\\'")
             out += ["dataset=folder", f"dataset.name='{label}'", f"dataset.path='{path}'"]
-        else:
+        elif Path(value).exists() or "/" in value or "." in value:
+            from fourdb.datasets import dataset_error
+
+            raise dataset_error(value)
+        else:  # a plain name: a config Hydra may find on its search path, or it reports the unknown one
             out.append(arg)
     return out
 
@@ -114,7 +129,7 @@ def _validate(args) -> int:
 def _import(args) -> int:
     from fourdb.rdb.importers import import_database
 
-    report = import_database(args.path, args.out, name=args.name)
+    report = import_database(args.path, args.out, name=args.name, lenient=args.lenient)
     print(report.format())
     return 0
 
@@ -142,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("path")
     p.add_argument("--out", required=True, help="database folder to write (must not exist, or be empty)")
     p.add_argument("--name", default=None, help="database name (default: the file or folder name)")
+    p.add_argument("--lenient", action="store_true",
+                   help="make values that break their declared type NULL and drop rows with a null or repeated "
+                        "declared primary key, counted in warnings (default: stop with an error)")
     p.set_defaults(func=_import)
     p = sub.add_parser("validate", help="check a database folder (schema.yaml plus data files)")
     p.add_argument("folder")

