@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 
 from fourdb.cli import CONF_DIR
 from fourdb.errors import FourdbError
-from fourdb.leaderboard import RecordError, read_board, submit_records, submit_run_dirs, validate_record
+from fourdb.leaderboard import RecordError, config_hash, read_board, submit_records, submit_run_dirs, validate_record
 from fourdb.leaderboard.external import external_record, load_test_split
 from fourdb.leaderboard.render import DUCKDB_SQL, render, show
 from fourdb.leaderboard.store import board_path
@@ -45,6 +45,7 @@ def base_record():
 def variant(record, seed, model=None, test=None):
     r = copy.deepcopy(record)
     r["seed"] = r["config"]["seed"] = seed
+    r["git_dirty"] = False  # rendered tables mark dirty records; keep them independent of this checkout's state
     if model:
         r["model"] = r["config"]["model"]["name"] = model
     if test is not None:
@@ -54,6 +55,18 @@ def variant(record, seed, model=None, test=None):
 
 def submit(root, *records, **kw):
     return submit_records([(f"record {i}", r) for i, r in enumerate(records)], root, **kw)
+
+
+def task_record(record, dataset, task, model, test, seed=0, **extra):
+    """A record of ``model`` on another task, on the dataset's default parameters."""
+    spec = find_task(dataset, task)
+    r = variant(record, seed, model=model)
+    r.update(dataset=dataset, task=task, task_spec_hash=spec.spec_hash, task_type=spec.task_type, metric=spec.metric,
+             metrics={"val": {spec.metric: test}, "test": {spec.metric: test}}, **extra)
+    r["config"]["dataset"] = {"name": dataset, "params": {}}
+    r["config"]["task"] = task
+    r.pop("database_fingerprint")
+    return r
 
 
 # ---- schema -------------------------------------------------------------------------------------
@@ -271,10 +284,12 @@ def test_render_writes_readme_with_mean_std_ranks_and_plots(filled_root):
     assert "| 2 | gbdt | single_table | 3 | 0.7000 ± 0.1000 |" in readme
     assert "12.5000 (1 seed)" in readme and "lower is better" in readme
     assert "## Classification: average rank" in readme and "## Regression: average rank" in readme
+    assert ("No task on default dataset parameters to average over. Left out: synthetic/taste [size=150]."
+            in readme)  # a table on other dataset parameters is not in the average ranks
     assert "read_json_auto('leaderboards/*/*.jsonl')" in readme
     plots = sorted(p.name for p in (filled_root / "plots").glob("*.png"))
-    assert plots == ["classification_average_rank.png", "nycflights13__arrival-delay.png",
-                     "regression_average_rank.png", "synthetic__taste__size-150.png"]
+    assert plots == ["nycflights13__arrival-delay.png", "regression_average_rank.png",
+                     "synthetic__taste__size-150.png"]
     for name in plots:
         assert f"(plots/{name})" in readme
         assert (filled_root / "plots" / name).read_bytes()[:4] == b"\x89PNG"
@@ -292,7 +307,10 @@ def test_average_rank_counts_a_method_once_per_task_across_its_settings(base_rec
 
     gbdt = {**variant(base_record, 0), "config_hash": "gbdt"}
     records = [gbdt, graph_run(0, "[10, 10]", 0.99), graph_run(0, "[5, 20]", 0.01)]
-    [frame] = average_ranks(aggregate(records)).values()
+    for r in records:
+        r["config"]["dataset"]["params"] = {}  # the default parameters, which average ranks count
+    [ranking] = average_ranks(aggregate(records)).values()
+    frame = ranking.frame
     assert sorted(frame["method"]) == ["gbdt (single_table)", "sage (graph r2n)"]
     assert frame.set_index("method").loc["sage (graph r2n)", "average rank"] == "1.00"  # its best setting
 
@@ -333,3 +351,126 @@ def test_cli_submit_run_folders(tmp_path, base_record):
     (tmp_path / "empty").mkdir()
     with pytest.raises(RecordError, match="no record.json in it or below it"):
         submit_run_dirs([tmp_path / "empty"], tmp_path / "lb")
+
+
+# ---- results that cannot be mixed up ------------------------------------------------------------
+
+
+def test_record_carries_database_fingerprint_and_git_state(base_record, tmp_path):
+    from fourdb.datasets import load_dataset
+    from fourdb.rdb import Database, write_database
+    from fourdb.rdb.fingerprint import database_fingerprint
+
+    db = load_dataset("synthetic", size=150)
+    assert base_record["database_fingerprint"] == database_fingerprint(db)
+    assert len(base_record["database_fingerprint"]) == 16
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)",
+                             ":(top,exclude)leaderboards"], cwd=REPO, capture_output=True, text=True).stdout
+    assert base_record["git_dirty"] is bool(status.strip())
+    # another database under the same name: another fingerprint; the same content in memory: its own
+    assert database_fingerprint(load_dataset("synthetic", size=160)) != base_record["database_fingerprint"]
+    folder = write_database(tmp_path / "shop", db.schema, db.tables)
+    before = database_fingerprint(Database.load(folder))
+    memory = Database(db.schema, db.tables)
+    assert database_fingerprint(memory) == database_fingerprint(Database(db.schema, dict(db.tables)))
+    users = db.tables["users"].copy()
+    users.loc[0, "age"] = users["age"].max() + 1
+    write_database(folder, db.schema, {**db.tables, "users": users})
+    assert database_fingerprint(Database.load(folder)) != before
+    assert database_fingerprint(Database(db.schema, {**db.tables, "users": users})) != database_fingerprint(memory)
+
+
+def test_databases_that_differ_under_one_name_are_refused(tmp_path, base_record):
+    a, b = "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"
+    path = board_path(tmp_path, "synthetic", "taste")
+    with pytest.raises(RecordError, match=f"record 1: database 'synthetic \\[size=150\\]' has fingerprint {b}, "
+                                          f"but record 0 .*fingerprint {a}.*another dataset.name.*--root") as e:
+        submit(tmp_path, {**variant(base_record, 0), "database_fingerprint": a},
+               {**variant(base_record, 1), "database_fingerprint": b})
+    assert "\n" not in str(e.value) and not path.exists()
+    submit(tmp_path, {**variant(base_record, 0), "database_fingerprint": a})
+    with pytest.raises(RecordError, match=f"fingerprint {b}, but {path} .*fingerprint {a}"):
+        submit(tmp_path, {**variant(base_record, 1), "database_fingerprint": b})
+    # the dataset's other boards count too: one name is one database across its tasks
+    spec = find_task("synthetic", "purchase-count")
+    other_task = {**variant(base_record, 1), "task": "purchase-count", "task_spec_hash": spec.spec_hash,
+                  "task_type": "regression", "metric": "mae", "database_fingerprint": b,
+                  "metrics": {"test": {"mae": 1.0}}}
+    with pytest.raises(RecordError, match=f"fingerprint {b}, but {path}"):
+        submit(tmp_path, other_task)
+    before = path.read_bytes()
+    # other dataset parameters are another database; records without a fingerprint are not compared
+    other_size = variant(base_record, 1)
+    other_size.update(database_fingerprint=b)
+    other_size["config"]["dataset"]["params"]["size"] = 200
+    older = {k: v for k, v in variant(base_record, 2).items() if k != "database_fingerprint"}
+    submit(tmp_path, other_size, older, {**variant(base_record, 3), "database_fingerprint": a})
+    assert path.read_bytes() != before
+    assert [r.get("database_fingerprint") for r in read_board(path)] == [a, b, None, a]
+
+
+def test_dirty_records_are_marked_and_the_readme_names_the_code_versions(tmp_path, base_record):
+    clean = [{**variant(base_record, s), "git_commit": "1111111aaaa", "git_dirty": False} for s in range(2)]
+    dirty = [{**variant(base_record, s, model="other"), "git_commit": c, "git_dirty": d}
+             for s, c, d in ((0, "1111111aaaa", True), (1, "2222222bbbb", False))]
+    older = {k: v for k, v in variant(base_record, 2, model="other").items() if k != "git_dirty"}
+    older["git_commit"] = None
+    submit(tmp_path, *clean, *dirty, older)
+    readme = render(tmp_path).read_text()
+    assert ("Records from code version(s): `1111111` (3 records, 1 with uncommitted changes), `2222222` (1 record), "
+            "unknown commit (1 record).") in readme
+    assert "| 1 | other\\* | single_table | 3 |" in readme and "| 1 | gbdt | single_table | 2 |" in readme
+    assert "\n\\* made with uncommitted code changes\n" in readme
+    text = show("synthetic", "taste", tmp_path)
+    assert "other*" in text and "gbdt*" not in text and text.endswith("* made with uncommitted code changes")
+
+
+def test_average_ranks_leave_out_sanity_tasks_and_rank_over_common_tasks(tmp_path, base_record):
+    """A, B and C ran the three tasks; D only two of them. On the sanity task (leak) C would win, and
+    D beats everyone where it ran: neither may move the ranks of A, B and C."""
+    from fourdb.leaderboard.render import all_tables, average_ranks
+
+    taste, fame, late, leak = ("synthetic", "taste"), ("lahman", "hall-of-fame"), ("nycflights13", "late-arrival"), \
+        ("synthetic", "leak")
+    values = {"A": {taste: 0.9, fame: 0.75, late: 0.9, leak: 0.5},
+              "B": {taste: 0.8, fame: 0.7, late: 0.9, leak: 0.6},
+              "C": {taste: 0.7, fame: 0.8, late: 0.5, leak: 0.99},
+              "D": {taste: 0.95, late: 0.99}}
+    records = [task_record(base_record, d, t, m, v) for m, runs in values.items() for (d, t), v in runs.items()]
+    records.append(variant(base_record, 0, model="D", test=0.1))  # synthetic/taste [size=150]: another protocol
+    records.append(task_record(base_record, "synthetic", "purchase-count", "A", 3.0))
+    records.append(task_record(base_record, "synthetic", "purchase-count", "B", 2.0))
+    submit(tmp_path, *records)
+    ranks = average_ranks(all_tables(tmp_path))
+    cls = ranks["classification"]
+    assert cls.tasks == ["lahman/hall-of-fame", "nycflights13/late-arrival", "synthetic/taste"]
+    assert sorted(cls.left_out) == ["synthetic/leak (sanity task)", "synthetic/taste [size=150]"]
+    got = [tuple(row) for row in cls.frame[["method", "average rank", "ranks"]].itertuples(index=False)]
+    assert got == [
+        ("A (single_table)", "1.33", "lahman/hall-of-fame: 2, nycflights13/late-arrival: 1, synthetic/taste: 1"),
+        ("B (single_table)", "2.00", "lahman/hall-of-fame: 3, nycflights13/late-arrival: 1, synthetic/taste: 2"),
+        ("C (single_table)", "2.33", "lahman/hall-of-fame: 1, nycflights13/late-arrival: 3, synthetic/taste: 3"),
+    ]
+    assert cls.unranked_lines() == ["D (single_table): not ranked: ran only 2 of the 3 tasks (not lahman/hall-of-fame)"]
+    reg = ranks["regression"]  # lower MAE is better
+    assert [tuple(r) for r in reg.frame[["method", "average rank"]].itertuples(index=False)] == \
+        [("B (single_table)", "1.00"), ("A (single_table)", "2.00")]
+    readme = render(tmp_path).read_text()
+    assert "- D (single_table): not ranked: ran only 2 of the 3 tasks (not lahman/hall-of-fame)" in readme
+    assert "sanity tasks left out" in readme and "is ranked only if it ran every one of those tasks" in readme
+    assert "a sanity task, left out of the average ranks" in readme
+
+
+def test_engine_auto_records_the_mode_that_ran(tmp_path):
+    """``engine=auto``: the record's ``engine.mode`` is the mode the cost model chose and training used."""
+    from fourdb.run import run_experiment
+
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        cfg = compose("config", overrides=[*SMALL, "model=sage", "graph=r2n", "engine=auto", "trainer.epochs=2",
+                                           "trainer.device=cpu"])
+    record = run_experiment(cfg)
+    engine = record["engine"]
+    assert record["inputs"]["engine"]["mode"] == "auto"
+    assert engine["mode"] in ("online", "offline") and engine["auto_reason"]
+    assert ("store" in engine) == (engine["mode"] == "offline")  # a store exists only if batches were replayed
+    assert len(engine["epoch_seconds"]) == len(record["history"])

@@ -30,12 +30,17 @@ def resolved_params(dataset: str, params: dict | None) -> dict:
 
 def load_test_split(dataset: str, task: str, params: dict | None = None):
     """(task, test frame) as fourdb materializes them."""
+    _, t, test = _load(dataset, task, params)
+    return t, test
+
+
+def _load(dataset: str, task: str, params: dict | None = None):
     from fourdb.datasets import load_dataset
     from fourdb.tasks import load_task
 
     db = load_dataset(dataset, **(params or {}))
     t = load_task(db, dataset, task)
-    return t, t.split("test")
+    return db, t, t.split("test")
 
 
 def prediction_columns(task) -> list[str]:
@@ -140,18 +145,19 @@ def read_predictions(path: str | Path, task, test: pd.DataFrame) -> np.ndarray:
 def external_record(path: str | Path, method: str, dataset: str, task: str, seed: int = 0,
                     params: dict | None = None) -> dict:
     """Check a prediction file and score it against the test labels; returns a run record."""
+    from fourdb.rdb.fingerprint import database_fingerprint
     from fourdb.train.metrics import evaluate
 
     if not method or not method.strip():
         raise RecordError("--method: give the method a name")
-    t, test = load_test_split(dataset, task, params)
+    db, t, test = _load(dataset, task, params)
     preds = read_predictions(path, t, test)
     metrics = evaluate(t.spec.metrics, test["label"].to_numpy(), preds)
     n = int(len(test))
     return {
         "record_version": SCHEMA_VERSIONS[-1],
         "dataset": dataset, "task": t.spec.name, "task_spec_hash": t.spec.spec_hash,
-        "task_type": t.spec.task_type, "metric": t.spec.metric,
+        "database_fingerprint": database_fingerprint(db), "task_type": t.spec.task_type, "metric": t.spec.metric,
         "model": method.strip(), "inputs": {"external": True}, "seed": int(seed),
         "metrics": {"test": metrics}, "num_seeds": {"test": n}, "num_seeds_available": {"test": n},
         "wall_seconds": None, "peak_memory_mb": None,

@@ -4,19 +4,40 @@ A board row is one *setting*: a model with its inputs and config (``config_hash`
 aggregated. Rows are compared only within one *protocol*: the same dataset parameters (e.g. the
 synthetic database's size). Every run is scored on the whole test split.
 Records made against an earlier version of a task file are kept in the jsonl but not shown.
+A setting with a record made from uncommitted code changes (``git_dirty``) is marked ``*``.
+
+Average ranks, per board family (classification, regression), follow one rule (``RANK_RULE``):
+
+* the tasks are the family's tables on the dataset's default parameters, without sanity tasks
+  (``sanity: true`` in the task file, e.g. a planted leak that must stay at chance);
+* a method (a model on one kind of input, its best setting on each task) is ranked only if it ran
+  every one of those tasks, so all ranked methods are compared on the same tasks;
+* on each task the ranked methods are ranked among themselves (1 best, ties share the better rank),
+  and a method's average rank is the mean of its ranks over the tasks;
+* methods that ran only some of the tasks are listed below, not ranked ("ran only N of the M tasks").
 """
 from __future__ import annotations
 
 import io
 import math
 import textwrap
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from fourdb.leaderboard.store import current_spec_hash, leaderboard_root, load_all
+from fourdb.leaderboard.schema import protocol_label
+from fourdb.leaderboard.store import current_spec_hash, leaderboard_root, load_all, task_spec
 from fourdb.utils import atomic_write_bytes, atomic_write_text
+
+RANK_RULE = ("Average rank, per family: over the family's tasks on each dataset's default parameters, sanity "
+             "tasks left out. A method (a model on one kind of input, its best setting on each task) is ranked "
+             "only if it ran every one of those tasks; on each task the ranked methods are ranked among "
+             "themselves (1 best, ties share the better rank) and the ranks are averaged. Methods that ran only "
+             "some of the tasks are listed below the table, not ranked.")
+DIRTY_NOTE = "made with uncommitted code changes"
 
 BOARDS = {"classification": ("binary", "multiclass"), "regression": ("regression",)}
 
@@ -61,18 +82,6 @@ def inputs_label(inputs: dict) -> str:
     return ", ".join(parts) or "-"
 
 
-def protocol_label(record: dict) -> str:
-    """Dataset parameters that differ from the dataset's defaults."""
-    from fourdb.datasets import DATASETS
-
-    config = record.get("config") or {}
-    params = (config.get("dataset") or {}).get("params") or {}
-    entry = DATASETS.get(record["dataset"])
-    defaults = entry.defaults if entry else {}
-    parts = [f"{k}={v}" for k, v in sorted(params.items()) if k not in defaults or defaults[k] != v]
-    return ", ".join(parts)
-
-
 def _mean_std(values) -> tuple[float, float]:
     v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
     if not len(v):
@@ -90,7 +99,7 @@ def aggregate(records: list[dict]) -> list[dict]:
     """Board tables of one (dataset, task): one per protocol, each a frame of ranked settings.
 
     Returns dicts with dataset, task, task_type, metric, protocol, spec_hash, stale (records of an
-    earlier task version, not shown) and frame.
+    earlier task version, not shown), sanity (the task file says so), records (those shown) and frame.
     """
     if not records:
         return []
@@ -107,12 +116,15 @@ def aggregate(records: list[dict]) -> list[dict]:
         key = (protocol_label(r), r["model"], inputs_label(r["inputs"]), r["config_hash"])
         groups.setdefault(key, []).append(r)
     tables: dict[str, list[dict]] = {}
+    shown_records: dict[str, list[dict]] = {}
     metric = first["metric"]
     others: dict[str, None] = {}  # the task's other metrics, in order
     for (protocol, model, inputs, chash), rs in groups.items():
         rs = sorted(rs, key=lambda r: r["seed"])
+        shown_records.setdefault(protocol, []).extend(rs)
         metric_names = list(dict.fromkeys(k for r in rs for k in r["metrics"].get("test", {})))
-        row = {"model": model, "inputs": inputs, "seeds": len(rs)}
+        dirty = any(r.get("git_dirty") is True for r in rs)
+        row = {"model": model + ("*" if dirty else ""), "inputs": inputs, "seeds": len(rs)}
         row["_test_mean"], row["_test_std"] = _mean_std(r["metrics"]["test"].get(metric) for r in rs)
         row["_val_mean"], row["_val_std"] = _mean_std((r["metrics"].get("val") or {}).get(metric) for r in rs)
         row[f"test {metric}"] = fmt_mean_std(row["_test_mean"], row["_test_std"])
@@ -129,11 +141,13 @@ def aggregate(records: list[dict]) -> list[dict]:
             else str(train)
         row["config"] = chash[:8]
         row["_method"] = f"{model} ({input_kind(rs[0]['inputs'])})"
+        row["_dirty"] = dirty
         row["_seed_list"] = [r["seed"] for r in rs]
         row["_test_values"] = [r["metrics"]["test"].get(metric) for r in rs]
         tables.setdefault(protocol, []).append(row)
     out = []
     ascending = not higher_is_better(metric)
+    sanity = _is_sanity(dataset, task)
     for protocol in sorted(tables, key=lambda p: (p != "", p)):
         frame = pd.DataFrame(tables[protocol])
         frame.insert(0, "rank", frame["_test_mean"].rank(ascending=ascending, method="min").astype(int))
@@ -143,43 +157,82 @@ def aggregate(records: list[dict]) -> list[dict]:
                  "train rows", "test rows", "config"]
         frame = frame[order + [c for c in frame.columns if c.startswith("_")]]
         out.append({"dataset": dataset, "task": task, "task_type": first["task_type"], "metric": metric,
-                    "protocol": protocol, "spec_hash": current, "stale": stale, "frame": frame})
+                    "protocol": protocol, "spec_hash": current, "stale": stale, "sanity": sanity,
+                    "records": shown_records[protocol], "frame": frame})
     return out
+
+
+def _is_sanity(dataset: str, task: str) -> bool:
+    try:
+        return bool(task_spec(dataset, task).sanity)
+    except Exception:  # noqa: BLE001 - a board whose task file is gone counts as an ordinary task
+        return False
 
 
 def visible(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[[c for c in frame.columns if not c.startswith("_")]]
 
 
-def average_ranks(tables: list[dict]) -> dict[str, pd.DataFrame]:
-    """Per board (classification, regression): each method's rank averaged over the tasks it ran.
+@dataclass
+class Ranking:
+    """A board family's average ranks (see the module docstring for the rule)."""
 
-    A method is a model on one kind of input (e.g. sage on graph r2n); its settings may differ per task
-    (an experiment's sampler fanouts), and on each task its best setting counts.
-    """
+    tasks: list[str]  # the tasks every ranked method ran
+    frame: pd.DataFrame  # ranked methods: method, average rank, ranks (per task)
+    unranked: dict[str, list[str]] = field(default_factory=dict)  # method -> the tasks it ran
+    left_out: list[str] = field(default_factory=list)  # sanity tasks and tables on other dataset parameters
+
+    def unranked_lines(self) -> list[str]:
+        m = len(self.tasks)
+        return [f"{method}: not ranked: ran only {len(ran)} of the {m} tasks (not "
+                f"{', '.join(t for t in self.tasks if t not in ran)})"
+                for method, ran in sorted(self.unranked.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+
+
+def table_name(t: dict) -> str:
+    return f"{t['dataset']}/{t['task']}" + (f" [{t['protocol']}]" if t["protocol"] else "")
+
+
+def average_ranks(tables: list[dict]) -> dict[str, Ranking]:
+    """Per board family (classification, regression): average ranks over the tasks all ranked methods ran."""
     out = {}
     for board, types in BOARDS.items():
-        ranks: dict[str, dict[str, int]] = {}
-        for t in tables:
-            if t["task_type"] not in types:
-                continue
-            name = f"{t['dataset']}/{t['task']}" + (f" [{t['protocol']}]" if t["protocol"] else "")
-            for _, row in t["frame"].iterrows():
-                best = ranks.setdefault(row["_method"], {})
-                best[name] = min(best.get(name, 10**9), int(row["rank"]))  # a method's best setting
-        if not ranks:
+        family = [t for t in tables if t["task_type"] in types]
+        if not family:
             continue
-        rows = [{"method": m, "average rank": float(np.mean(list(r.values()))), "tasks": len(r),
-                 "ranks": ", ".join(f"{k}: {v}" for k, v in sorted(r.items()))} for m, r in ranks.items()]
-        frame = pd.DataFrame(rows).sort_values(["average rank", "method"]).reset_index(drop=True)
+        counted = [t for t in family if not t.get("sanity") and not t["protocol"]]
+        left_out = [table_name(t) + (" (sanity task)" if t.get("sanity") else "") for t in family
+                    if t.get("sanity") or t["protocol"]]
+        # method -> task -> (its best setting's mean test metric, that setting made from uncommitted code)
+        best: dict[str, dict[str, tuple[float, bool]]] = {}
+        for t in counted:
+            sign = -1.0 if higher_is_better(t["metric"]) else 1.0  # smaller is better after the sign
+            for _, row in t["frame"].iterrows():
+                have = best.setdefault(row["_method"], {}).get(table_name(t))
+                if have is None or sign * row["_test_mean"] < sign * have[0]:
+                    best[row["_method"]][table_name(t)] = (row["_test_mean"], bool(row["_dirty"]))
+        tasks = [table_name(t) for t in counted]
+        ranked = sorted(m for m, done in best.items() if len(done) == len(tasks))
+        ranks: dict[str, dict[str, int]] = {m: {} for m in ranked}
+        for t in counted:
+            name = table_name(t)
+            values = pd.Series([best[m][name][0] for m in ranked], index=ranked, dtype=float)
+            for m, r in values.rank(ascending=not higher_is_better(t["metric"]), method="min").items():
+                ranks[m][name] = int(r)
+        rows = [{"method": m + ("*" if any(dirty for _, dirty in best[m].values()) else ""),
+                 "average rank": float(np.mean(list(ranks[m].values()))),
+                 "ranks": ", ".join(f"{k}: {v}" for k, v in sorted(ranks[m].items()))} for m in ranked]
+        frame = pd.DataFrame(rows, columns=["method", "average rank", "ranks"])
+        frame = frame.sort_values(["average rank", "method"]).reset_index(drop=True)
         frame["average rank"] = frame["average rank"].map(lambda x: f"{x:.2f}")
-        out[board] = frame
+        unranked = {m: sorted(done) for m, done in best.items() if m not in ranks}
+        out[board] = Ranking(tasks, frame, unranked, left_out)
     return out
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
     def cell(v):
-        return str(v).replace("|", "\\|")
+        return str(v).replace("|", "\\|").replace("*", "\\*")
 
     lines = ["| " + " | ".join(map(cell, frame.columns)) + " |",
              "|" + "|".join("---" for _ in frame.columns) + "|"]
@@ -257,9 +310,31 @@ def _note(t: dict) -> str:
     arrow = "higher is better" if higher_is_better(t["metric"]) else "lower is better"
     note = (f"{t['task_type']}; ranked by mean test {t['metric']} ({arrow}); mean ± sample std over seeds; "
             f"task spec hash `{t['spec_hash']}`")
+    if t.get("sanity"):
+        note += "; a sanity task, left out of the average ranks"
     if t["stale"]:
         note += f"; {t['stale']} record(s) made against an earlier version of this task are not shown"
     return note
+
+
+def code_versions(records: list[dict]) -> str:
+    """The git commits records were made from, with counts, e.g. "`bd25a2c` (40 records, 3 with
+    uncommitted changes)"; a record without ``git_dirty`` (an older one) is not counted as dirty."""
+    counts = Counter((r.get("git_commit") or "")[:7] for r in records)
+    dirty = Counter((r.get("git_commit") or "")[:7] for r in records if r.get("git_dirty") is True)
+    parts = []
+    for commit, n in sorted(counts.items(), key=lambda kv: (not kv[0], -kv[1], kv[0])):  # unknown last
+        label = f"`{commit}`" if commit else "unknown commit"
+        extra = f", {dirty[commit]} with uncommitted changes" if dirty[commit] else ""
+        parts.append(f"{label} ({n} record{'s' if n != 1 else ''}{extra})")
+    return ", ".join(parts)
+
+
+def _footnote(any_dirty: bool, markdown: bool) -> list[str]:
+    """The footnote for names marked ``*`` ("\\*" in markdown, where "* " starts a list)."""
+    if not any_dirty:
+        return []
+    return [("\\* " if markdown else "* ") + DIRTY_NOTE, ""]
 
 
 def all_tables(root=None) -> list[dict]:
@@ -275,25 +350,42 @@ def render(root: str | Path | None = None) -> Path:
     tables = all_tables(root)
     ranks = average_ranks(tables)
     plots = root / "plots"
+    records = [r for t in tables for r in t["records"]]
     lines = [
         "# fourdb leaderboards", "",
         "Written by `fourdb leaderboard render` from the records in `<dataset>/<task>.jsonl`; do not edit by hand.",
         "Each row is one setting (model, inputs, config) with its seeds aggregated: mean ± sample std of the",
         "test metric, rank 1 best. `time (s)` is the mean wall time of one run (load, features or graph, fit,",
         "evaluate); `train rows` is how many training rows it used of those the task has. A heading with",
-        "[parameters] marks runs on non-default dataset parameters, ranked only among themselves. Add results with `fourdb leaderboard submit RUN_DIR...` (see the project README).", "",
+        "[parameters] marks runs on non-default dataset parameters, ranked only among themselves. A model",
+        f"marked \\* has a record {DIRTY_NOTE}. Add results with `fourdb leaderboard submit RUN_DIR...`",
+        "(see the project README).", "",
+        RANK_RULE, "",
     ]
+    if records:
+        lines += [f"Records from code version(s): {code_versions(records)}.", ""]
     written = set()
-    for board, frame in ranks.items():
-        lines += [f"## {board.capitalize()}: average rank", "", markdown_table(frame), ""]
-        name = f"{board}_average_rank.png"
-        atomic_write_bytes(plots / name, plot_ranks(board, frame))
-        written.add(name)
-        lines += [f"![{board} average rank](plots/{name})", ""]
+    for board, ranking in ranks.items():
+        over = f"Over {len(ranking.tasks)} task(s): {', '.join(ranking.tasks)}." if ranking.tasks else \
+            "No task on default dataset parameters to average over."
+        lines += [f"## {board.capitalize()}: average rank", "",
+                  over + (f" Left out: {', '.join(ranking.left_out)}." if ranking.left_out else ""), ""]
+        if len(ranking.frame):
+            lines += [markdown_table(ranking.frame), ""]
+            name = f"{board}_average_rank.png"
+            atomic_write_bytes(plots / name, plot_ranks(board, ranking.frame))
+            written.add(name)
+            lines += [f"![{board} average rank](plots/{name})", ""]
+        elif ranking.tasks:
+            lines += ["No method ran all of them.", ""]
+        if ranking.unranked:
+            lines += [f"- {line}" for line in ranking.unranked_lines()] + [""]
+        lines += _footnote(ranking.frame["method"].str.endswith("*").any(), markdown=True)
     if not tables:
         lines += ["No results yet.", ""]
     for t in tables:
         lines += [f"## {_heading(t)}", "", _note(t), "", markdown_table(visible(t["frame"])), ""]
+        lines += _footnote(t["frame"]["_dirty"].any(), markdown=True)
         name = _slug(t["dataset"], t["task"], t["protocol"]) + ".png"
         atomic_write_bytes(plots / name, plot_table(t))
         written.add(name)
@@ -327,6 +419,7 @@ def show(dataset: str, task: str, root: str | Path | None = None) -> str:
     blocks = []
     for t in aggregate(records):
         frame = visible(t["frame"])
-        blocks.append(f"{_heading(t)}\n{_note(t)}\n\n{frame.to_string(index=False)}")
+        blocks.append("\n".join([_heading(t), _note(t), "", frame.to_string(index=False),
+                                  *_footnote(t["frame"]["_dirty"].any(), markdown=False)]).rstrip())
     return "\n\n".join(blocks) if blocks else f"{dataset}/{task}: all records are of an earlier task version"
 

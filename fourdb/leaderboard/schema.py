@@ -52,6 +52,8 @@ FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "git_commit": (STR + NONE, True),
     "hardware": (DICT, True),
     # optional
+    "git_dirty": (BOOL + NONE, False),          # tracked files differed from git_commit; None: not a checkout
+    "database_fingerprint": (STR, False),       # fourdb.rdb.fingerprint: the database's content
     "external": (BOOL, False),
     "num_seeds_available": (DICT, False),
     "fit_seconds": (NUMBER + NONE, False),
@@ -149,6 +151,18 @@ def record_key(record: dict) -> tuple:
     """Two records with the same key are the same run: a second submission is refused."""
     return (record["dataset"], record["task"], record["model"], stable_hash(record["inputs"]), record["seed"],
             record.get("config_hash") or config_hash(record))
+
+
+def protocol_label(record: dict) -> str:
+    """Dataset parameters that differ from the dataset's defaults ('' on the defaults)."""
+    from fourdb.datasets import DATASETS
+
+    config = record.get("config") or {}
+    params = (config.get("dataset") or {}).get("params") or {}
+    entry = DATASETS.get(record["dataset"])
+    defaults = entry.defaults if entry else {}
+    parts = [f"{k}={v}" for k, v in sorted(params.items()) if k not in defaults or defaults[k] != v]
+    return ", ".join(parts)
 
 
 def describe_key(record: dict) -> str:

@@ -20,7 +20,14 @@ from pathlib import Path
 from filelock import FileLock
 
 from fourdb.errors import FourdbError
-from fourdb.leaderboard.schema import RecordError, config_hash, describe_key, record_key, validate_record
+from fourdb.leaderboard.schema import (
+    RecordError,
+    config_hash,
+    describe_key,
+    protocol_label,
+    record_key,
+    validate_record,
+)
 from fourdb.utils import progress as progress_bar
 
 ROOT_ENV = "FOURDB_LEADERBOARDS"
@@ -101,16 +108,47 @@ def find_records(paths) -> list[tuple[Path, dict]]:
     return out
 
 
-_SPEC_HASHES: dict[tuple[str, str], str] = {}
+_SPECS: dict[tuple[str, str], object] = {}
+
+
+def task_spec(dataset: str, task: str):
+    """The task file as it is now (a TaskSpec), read once per process."""
+    from fourdb.tasks import find_task
+
+    if (dataset, task) not in _SPECS:
+        _SPECS[(dataset, task)] = find_task(dataset, task)
+    return _SPECS[(dataset, task)]
 
 
 def current_spec_hash(dataset: str, task: str) -> str:
     """The spec hash of the task file as it is now."""
-    from fourdb.tasks import find_task
+    return task_spec(dataset, task).spec_hash
 
-    if (dataset, task) not in _SPEC_HASHES:
-        _SPEC_HASHES[(dataset, task)] = find_task(dataset, task).spec_hash
-    return _SPEC_HASHES[(dataset, task)]
+
+def database_key(record: dict) -> tuple[str, str]:
+    """Records with the same key are read as made on one database: a dataset name and its parameters."""
+    return record["dataset"], protocol_label(record)
+
+
+Databases = dict[tuple[str, str], dict[str, str]]  # database key -> fingerprint -> where it was seen
+
+
+def same_database(record: dict, where: str, known: Databases, check: bool = True) -> None:
+    """Remember ``record``'s database in ``known``; with ``check``, first refuse it if ``known`` holds
+    another database under the same name. Records without a fingerprint (older ones) are not compared."""
+    fingerprint = record.get("database_fingerprint")
+    if not fingerprint:
+        return
+    key = database_key(record)
+    seen = known.setdefault(key, {})
+    other = next((f for f in seen if f != fingerprint), None)
+    if check and other:
+        name = record["dataset"] + (f" [{key[1]}]" if key[1] else "")
+        raise RecordError(
+            f"{where}: database '{name}' has fingerprint {fingerprint}, but {seen[other]} holds results on "
+            f"another database of that name (fingerprint {other}) and the two would be pooled; run it with "
+            f"another dataset.name, or submit it to another --root")
+    seen.setdefault(fingerprint, where)
 
 
 def prepare(record: dict, where: str) -> dict:
@@ -169,13 +207,15 @@ def submit_records(records: list[tuple[str, dict]], root: str | Path | None = No
     """Validate ``(where, record)`` pairs and append them to their boards; all or nothing.
 
     Every record is checked (schema, task version, duplicates within the submission and against
-    the boards) before any board is written. Boards are locked in a fixed order, so concurrent
-    submitters never deadlock and never lose each other's records.
+    the boards, and that its dataset name and parameters stand for the database they do on the
+    dataset's boards and in the submission) before any board is written. Boards are locked in a
+    fixed order, so concurrent submitters never deadlock and never lose each other's records.
     """
     root = leaderboard_root(root)
     result = SubmitResult()
-    prepared: dict[Path, list[dict]] = {}
+    prepared: dict[Path, list[tuple[str, dict]]] = {}
     seen: dict[tuple, str] = {}
+    databases: Databases = {}
     for where, record in progress_bar(records, progress, desc="validating records", leave=False):
         record = prepare(record, str(where))
         key = record_key(record)
@@ -185,7 +225,8 @@ def submit_records(records: list[tuple[str, dict]], root: str | Path | None = No
                 continue
             raise RecordError(f"{where}: duplicate of {seen[key]} in this submission ({describe_key(record)})")
         seen[key] = str(where)
-        prepared.setdefault(board_path(root, record["dataset"], record["task"]), []).append(record)
+        same_database(record, str(where), databases)
+        prepared.setdefault(board_path(root, record["dataset"], record["task"]), []).append((str(where), record))
     if not prepared:
         return result
     paths = sorted(prepared)
@@ -194,19 +235,25 @@ def submit_records(records: list[tuple[str, dict]], root: str | Path | None = No
     with contextlib.ExitStack() as stack:
         for p in paths:
             stack.enter_context(FileLock(str(p) + ".lock", timeout=LOCK_TIMEOUT_S))
+        existing = {p: read_board(p) for p in paths}
+        # a dataset name is one database across all its tasks' boards, the unlocked ones read as they are
+        on_boards: Databases = {}
+        for board in sorted({b for p in paths for b in p.parent.glob("*.jsonl")} | set(paths)):
+            for r in existing[board] if board in existing else read_board(board):
+                same_database(r, str(board), on_boards, check=False)
         new_content: dict[Path, list[str]] = {}
         for p in paths:
-            existing = read_board(p)
-            keys = {record_key(r) for r in existing}
-            lines = [json.dumps(r, default=str, allow_nan=False) for r in existing]
+            keys = {record_key(r) for r in existing[p]}
+            lines = [json.dumps(r, default=str, allow_nan=False) for r in existing[p]]
             added = []
-            for record in prepared[p]:
+            for where, record in prepared[p]:
                 if record_key(record) in keys:
                     if skip_duplicates:
                         result.skipped.append(record)
                         continue
                     raise RecordError(f"already on the leaderboard {p}: {describe_key(record)} "
                                       f"(same dataset, task, model, inputs, seed and config)")
+                same_database(record, where, on_boards)
                 lines.append(json.dumps(record, default=str, allow_nan=False))
                 added.append(record)
             if added:
