@@ -23,11 +23,13 @@ from fourdb.engine.parallel import PLAN_ENV
 from fourdb.engine.sampler import TemporalSampler
 from fourdb.features import TableData, build_table_features
 from fourdb.graph import build_graph
+from fourdb.graph.build import fk_relations
 from fourdb.models import TaskInfo, create_model
+from fourdb.rdb.fingerprint import database_fingerprint
 from fourdb.tasks import Task, load_task
 from fourdb.train.metrics import evaluate
 from fourdb.train.trainer import TrainerConfig
-from fourdb.utils import environment as utils_environment, atomic_write_text, cache_root, stable_hash, to_epoch_seconds
+from fourdb.utils import environment as utils_environment, atomic_write_text, cache_root, stable_hash, to_epoch_ns
 
 log = logging.getLogger("fourdb")
 RECORD_VERSION = 1
@@ -59,18 +61,18 @@ def subsample(task: Task, max_train: int | None, max_val: int | None, sample_see
 
 
 def graph_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> GraphData:
-    graph = build_graph(db, cfg.graph.kind)
+    graph = build_graph(db, cfg.graph.kind, fit_until=task.fit_until)
     seed_type = task.spec.entity_table
     hidden = set(task.hidden_columns)
     fks = {c.name for c in db.schema.table(seed_type).foreign_keys}
     hidden_etypes = frozenset(et[1] for et in graph.canonical_etypes
-                              if et[2] == seed_type and any(et[1] == f"{seed_type}__{c}__rev" for c in hidden & fks))
+                              if et[2] == seed_type and any(et[1] == fk_relations(seed_type, c)[1] for c in hidden & fks))
     sampler = TemporalSampler(graph, list(cfg.sampler.fanouts), cfg.sampler.strategy)
     seed_features = graph.encoders[seed_type].transform(db.tables[seed_type], masked=hidden)
     return GraphData(
         graph=graph, sampler=sampler, seed_type=seed_type,
         seeds={s: f["node"].to_numpy() for s, f in splits.items()},
-        cutoffs={s: to_epoch_seconds(f["cutoff"]) for s, f in splits.items()},
+        cutoffs={s: to_epoch_ns(f["cutoff"]) for s, f in splits.items()},
         labels={s: splits[s]["label"].to_numpy() for s in ("train", "val")},
         seed_features=seed_features, hidden_etypes=hidden_etypes,
         engine=graph_engine(cfg),
@@ -161,6 +163,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     record = {
         "record_version": RECORD_VERSION,
         "dataset": dataset, "task": task.spec.name, "task_spec_hash": task.spec.spec_hash,
+        "database_fingerprint": database_fingerprint(db),
         "task_type": task.spec.task_type, "metric": task.spec.metric,
         "model": cfg.model.name, "inputs": inputs, "seed": int(cfg.seed),
         "metrics": metrics,

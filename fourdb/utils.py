@@ -64,12 +64,16 @@ def stable_hash(*parts, length: int = 16) -> str:
     return hashlib.sha256(blob).hexdigest()[:length]
 
 
-def to_epoch_seconds(values) -> np.ndarray:
-    """Datetimes to int64 seconds since 1970; missing values become INT64 min ("always known")."""
+NS_PER_DAY = 86400 * 10**9
+
+
+def to_epoch_ns(values) -> np.ndarray:
+    """Datetimes to int64 nanoseconds since 1970, the data's full resolution (a row 1 us after a cutoff
+    stays after it); missing values become INT64 min ("always known")."""
     s = pd.to_datetime(pd.Series(values), errors="coerce")
     if getattr(s.dt, "tz", None) is not None:
         s = s.dt.tz_convert("UTC").dt.tz_localize(None)
-    out = s.astype("datetime64[s]").astype("int64").to_numpy()
+    out = s.astype("datetime64[ns]").to_numpy().view(np.int64).copy()
     out[s.isna().to_numpy()] = np.iinfo(np.int64).min
     return out
 
@@ -79,7 +83,8 @@ def cache_root() -> Path:
 
 
 def environment(packages: tuple[str, ...], gpu: str | None = None) -> dict:
-    """Package versions, git commit and hardware, as a record of where a result was computed."""
+    """Package versions, git commit (and whether tracked files differ from it) and hardware, as a record
+    of where a result was computed. ``git_dirty`` is None outside a git checkout."""
     import os
     import platform
     import subprocess
@@ -91,10 +96,17 @@ def environment(packages: tuple[str, ...], gpu: str | None = None) -> dict:
         except metadata.PackageNotFoundError:
             return None
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                                text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
+    def git(*args):
+        try:
+            p = subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return p.stdout.strip() if p.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD") or None
+    # leaderboards/ holds results, not code: runs that submit as they go would otherwise mark the next ones dirty
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)leaderboards") \
+        if commit else None
     return {"packages": {p: version(p) for p in packages}, "git_commit": commit,
+            "git_dirty": None if status is None else bool(status),
             "hardware": {"platform": platform.platform(), "cpus": os.cpu_count(), "gpu": gpu}}

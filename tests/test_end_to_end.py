@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from fourdb.cli import CONF_DIR
 from fourdb.run import run_experiment
+from fourdb.utils import NS_PER_DAY
 
 FAST = ["trainer.progress=false", "trainer.epochs=6", "trainer.patience=6", "trainer.batch_size=256"]
 
@@ -73,7 +74,7 @@ def test_leak_task_is_solvable_when_time_is_ignored():
     task = load_task(db, "synthetic", "leak")
     splits = subsample(task, None, None, 0)
     data = graph_inputs(cfg, db, task, splits)
-    data.cutoffs = {s: c + 2 * 86400 for s, c in data.cutoffs.items()}
+    data.cutoffs = {s: c + 2 * NS_PER_DAY for s, c in data.cutoffs.items()}
     model = create_model("sage", TaskInfo("binary", 2, "auroc")).fit(data, TrainerConfig(epochs=4, progress=False))
     assert compute("auroc", splits["test"]["label"].to_numpy(), model.predict(data, "test")) > 0.9
 

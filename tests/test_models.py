@@ -150,7 +150,7 @@ def _edge_features(data, change):
 
     from fourdb.features.columns import EncodedTable
 
-    feats = {et: EncodedTable(*change(f.numeric, f.categorical), f.cardinalities)
+    feats = {et: EncodedTable(*change(f.numeric, f.categorical), f.cardinalities, datetimes=f.datetimes)
              for et, f in data.graph.edge_features.items()}
     return dataclasses.replace(data, graph=dataclasses.replace(data.graph, edge_features=feats))
 

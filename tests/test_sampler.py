@@ -23,14 +23,14 @@ from fourdb.graph import build_graph
 from fourdb.graph.build import ALWAYS
 from fourdb.rdb import Column, Database, Schema, Table, write_database
 from fourdb.tasks import TaskSpec, load_task, materialize
-from fourdb.utils import to_epoch_seconds
+from fourdb.utils import NS_PER_DAY, to_epoch_ns
 
 BASE = pd.Timestamp("2021-01-01")
 HALF_DAY = pd.Timedelta("12h")
 
 
-def seconds(ts) -> np.ndarray:
-    return pd.to_datetime(pd.Series(ts)).astype("datetime64[s]").astype("int64").to_numpy()
+def nanos(ts) -> np.ndarray:
+    return pd.to_datetime(pd.Series(ts)).astype("datetime64[ns]").astype("int64").to_numpy()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -50,7 +50,7 @@ def true_edges(db: Database, kind: str) -> dict:
     def row_times(table):
         t = schema.table(table)
         n = len(db.tables[table])
-        return seconds(db.tables[table][t.time_column]) if t.time_column else np.full(n, ALWAYS)
+        return nanos(db.tables[table][t.time_column]) if t.time_column else np.full(n, ALWAYS)
 
     def rows_of(table, values):
         keys = list(db.tables[table][schema.table(table).primary_key])
@@ -165,11 +165,11 @@ def write_pce(folder, n_p, p_times, c_rows, e_rows):
     ]
     P = pd.DataFrame({"pid": 100 + np.arange(n_p), "size": np.arange(n_p, dtype=float)})
     if p_times is not None:
-        P["made_at"] = [BASE + h * HALF_DAY for h in p_times]
+        P["made_at"] = [BASE + h for h in p_times]
     C = pd.DataFrame({"cid": 50 + np.arange(len(c_rows)), "pid": [100 + p for p, _ in c_rows],
-                      "at": [BASE + h * HALF_DAY for _, h in c_rows], "x": np.arange(len(c_rows), dtype=float)})
+                      "at": [BASE + h for _, h in c_rows], "x": np.arange(len(c_rows), dtype=float)})
     E = pd.DataFrame({"eid": np.arange(len(e_rows)), "cid": [50 + c for c, _, _ in e_rows],
-                      "pid": [100 + p for _, p, _ in e_rows], "at": [BASE + h * HALF_DAY for _, _, h in e_rows],
+                      "pid": [100 + p for _, p, _ in e_rows], "at": [BASE + h for _, _, h in e_rows],
                       "y": np.arange(len(e_rows), dtype=float)})
     write_database(folder, Schema("pce", tables), {"P": P, "C": C, "E": E})
     return Database.load(folder)
@@ -179,15 +179,21 @@ def write_pce(folder, n_p, p_times, c_rows, e_rows):
 def temporal_cases(draw):
     n_p = draw(st.integers(1, 3))
     n_c = draw(st.integers(1, 8))
-    hours = st.integers(0, 24)  # in half days: ties are common, so "<= cutoff" is exercised at equality
+    # half days, some a microsecond or half a second later: ties are common, so "<= cutoff" is exercised
+    # at equality, and sub-second steps must not be rounded away
+    hours = st.builds(lambda h, us: h * HALF_DAY + pd.Timedelta(microseconds=us), st.integers(0, 24),
+                      st.sampled_from([0, 0, 1, 500_000]))
     p_times = draw(st.none() | st.lists(hours, min_size=n_p, max_size=n_p))
     c_rows = draw(st.lists(st.tuples(st.integers(0, n_p - 1), hours), min_size=n_c, max_size=n_c))
     e_rows = draw(st.lists(st.tuples(st.integers(0, n_c - 1), st.integers(0, n_p - 1), hours),
                            min_size=1, max_size=14))
     seed_type = draw(st.sampled_from(["C", "P", "E"]))
     n_seed = {"P": n_p, "C": n_c, "E": len(e_rows)}[seed_type]
-    # cutoffs in seconds around the data, some exactly on an event time, some between
-    cut = st.integers(-2, 26).map(lambda h: h * 43200) | st.integers(-86400, 14 * 86400)
+    # cutoffs in ns around the data: on a half day, 1 us before or after it, half a second after, or anywhere
+    half_day = 43200 * 10**9
+    cut = st.builds(lambda h, d: h * half_day + d, st.integers(-2, 26),
+                    st.sampled_from([0, -1000, 1000, 500_000_000, 500_001_000])) \
+        | st.integers(-86400, 14 * 86400).map(lambda s: s * 10**9)
     pairs = draw(st.lists(st.tuples(st.integers(0, n_seed - 1), cut), min_size=1, max_size=6,
                           unique=True))
     fanouts = draw(st.lists(st.sampled_from([1, 2, 3, -1]), min_size=1, max_size=3) | st.just([3, 3]))
@@ -201,7 +207,7 @@ def test_every_hop_sees_only_the_known_past(case):
     n_p, p_times, c_rows, e_rows, seed_type, pairs, fanouts, rng_seed = case
     with tempfile.TemporaryDirectory() as folder:
         db = write_pce(folder, n_p, p_times, c_rows, e_rows)
-    base = int(seconds([BASE])[0])
+    base = int(nanos([BASE])[0])
     seeds = np.array([n for n, _ in pairs], dtype=np.int64)
     cutoffs = np.array([base + c for _, c in pairs], dtype=np.int64)
     for kind in ("r2n", "r2ne"):
@@ -248,7 +254,7 @@ def tiny(tmp_path_factory):
 
 def _neighbours(graph, fanout, strategy, cutoff_day, rng, seed=0):
     sampler = TemporalSampler(graph, [fanout], strategy)
-    cut = seconds([BASE + pd.Timedelta(days=cutoff_day)])
+    cut = nanos([BASE + pd.Timedelta(days=cutoff_day)])
     b = sampler.sample("users", np.array([seed]), cut, rng)
     s, d = b.blocks[0].edges(etype=("buys", "buys__user_id", "users"))
     assert (d.numpy() == 0).all()
@@ -313,7 +319,7 @@ def synthetic_graphs(synthetic_db):
 def test_same_seed_same_sample(synthetic_graphs, leak_task, kind):
     graph = synthetic_graphs[kind]
     f = leak_task.split("train").iloc[:200]
-    seeds, cutoffs = f["node"].to_numpy(), to_epoch_seconds(f["cutoff"])
+    seeds, cutoffs = f["node"].to_numpy(), to_epoch_ns(f["cutoff"])
     sampler = TemporalSampler(graph, [3, 3], "uniform")
     sample = lambda s: _batch_signature(sampler.sample("users", seeds, cutoffs, np.random.default_rng(s)))  # noqa: E731
     assert sample(42) == sample(42)
@@ -390,11 +396,11 @@ def test_hidden_foreign_key_is_not_sampled_into_the_seed(orders_db, kind):
 def test_planted_future_audits_are_never_sampled(synthetic_db, synthetic_graphs, leak_task, kind, strategy):
     graph = synthetic_graphs[kind]
     audited = graph.node_time("audits")
-    day = 86400
+    day = NS_PER_DAY
     for split in ("train", "val", "test"):
         f = leak_task.split(split)
         f = f.iloc[np.random.default_rng(0).choice(len(f), min(len(f), 400), replace=False)]
-        seeds, cutoffs = f["node"].to_numpy(), to_epoch_seconds(f["cutoff"])
+        seeds, cutoffs = f["node"].to_numpy(), to_epoch_ns(f["cutoff"])
         # the leak is there to find: each seed's label audit is one day after its cutoff
         users = synthetic_db.tables["audits"]["user_id"].to_numpy()
         for node, cut in zip(seeds[:20], cutoffs[:20]):
@@ -432,7 +438,7 @@ def test_sampled_link_edges_carry_their_link_rows(synthetic_db):
     source.gather(batch)
     purchases = synthetic_db.tables["purchases"]
     enc = data.graph.encoders["purchases"].transform(purchases)  # every purchase is an edge, in table order
-    bought = to_epoch_seconds(purchases["purchased_at"])
+    bought = to_epoch_ns(purchases["purchased_at"])
     keys = {t: synthetic_db.tables[t][k].to_numpy() for t, k in (("users", "user_id"), ("items", "item_id"))}
     nodes = {t: v.numpy() for t, v in batch.input_nodes.items()}
     cuts = {t: v.numpy() for t, v in batch.input_cutoffs.items()}
@@ -446,9 +452,10 @@ def test_sampled_link_edges_carry_their_link_rows(synthetic_db):
             assert (purchases["item_id"].to_numpy()[eid] == ends["items"]).all(), et
             cut = cuts[et[2]][d]
             assert (bought[eid] <= cut).all(), f"{et}: a purchase from after the seed's cutoff"
-            assert np.array_equal(x["num"][:, :-2].numpy(), enc.numeric[eid]), et
+            width = enc.numeric.shape[1]  # then the link row's datetime ages, then the edge's own age
+            assert np.array_equal(x["num"][:, :width].numpy(), enc.numeric[eid]), et
             assert np.array_equal(x["cat"].numpy(), enc.categorical[eid]), et
-            assert np.allclose(x["num"][:, -2].numpy(), np.log1p((cut - bought[eid]) / 86400), atol=1e-5), et
+            assert np.allclose(x["num"][:, -2].numpy(), np.log1p((cut - bought[eid]) / NS_PER_DAY), atol=1e-5), et
             if len(eid):
                 seen.add(et)
     assert seen == set(data.graph.edge_features)  # both directions, not vacuously

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fourdb.engine.loader import GraphData, add_edge_features, input_rows, relative_time, row_features
+from fourdb.engine.loader import GraphData, add_edge_features, node_inputs
 from fourdb.engine.sampler import make_block
 
 
@@ -55,9 +55,8 @@ def _arrays(data: GraphData) -> _GraphArrays:
 
 
 def _features(data: GraphData, ntype: str, nodes: np.ndarray, cutoff: int, num_seeds: int, device):
-    num, cat = row_features(data, ntype, input_rows(data, ntype, nodes, num_seeds))
-    rel = relative_time(data, ntype, nodes, np.full(len(nodes), cutoff, np.int64))
-    return {"num": torch.from_numpy(np.concatenate([num, rel], 1)).to(device), "cat": torch.from_numpy(cat).to(device)}
+    feats = node_inputs(data, ntype, nodes, np.full(len(nodes), cutoff, np.int64), num_seeds)
+    return {k: v.to(device) for k, v in feats.items()}
 
 
 def _masks(arr: _GraphArrays, seed_type: str, seeds: np.ndarray, cutoff: int) -> dict:

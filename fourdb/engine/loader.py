@@ -26,10 +26,11 @@ import torch
 from fourdb.engine.config import EngineConfig
 from fourdb.engine.pipeline import prefetch
 from fourdb.engine.sampler import TemporalSampler
-from fourdb.features.columns import EncodedTable
+from fourdb.features.columns import EncodedTable, datetime_age
 from fourdb.graph.build import ALWAYS, RelGraph
+from fourdb.utils import NS_PER_DAY
 
-SECONDS_PER_DAY = 86400.0
+RELATIVE_TIME_DIMS = 2  # [log age in days, is static] of every row's (and edge's) own time
 log = logging.getLogger("fourdb")
 
 
@@ -39,49 +40,77 @@ class GraphData:
     sampler: TemporalSampler
     seed_type: str
     seeds: dict[str, np.ndarray]  # split -> node ids
-    cutoffs: dict[str, np.ndarray]  # split -> int64 seconds
+    cutoffs: dict[str, np.ndarray]  # split -> int64 nanoseconds
     labels: dict[str, np.ndarray]  # train and val only
     seed_features: EncodedTable  # the seed table encoded with hidden columns masked
     hidden_etypes: frozenset = field(default_factory=frozenset)
     engine: EngineConfig = field(default_factory=EngineConfig)  # how a GraphSource over this data runs
 
 
-def row_features(data: GraphData, ntype: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Encoded columns of ``rows``; for the seed type a row ``n + i`` (n rows) is row i masked."""
+def input_width(feats: EncodedTable) -> int:
+    """Width of the numbers a model gets per row: encoded columns, datetime ages, own age."""
+    return feats.numeric.shape[1] + feats.datetimes.shape[1] + RELATIVE_TIME_DIMS
+
+
+def _source(data: GraphData, ntype: str, rows: np.ndarray) -> tuple[EncodedTable, np.ndarray, np.ndarray]:
+    """(table, rows, is masked): for the seed type a row ``n + i`` (n rows) is row i masked."""
     feats = data.graph.features[ntype]
-    num, cat = feats.numeric[rows % len(feats.numeric)], feats.categorical[rows % len(feats.numeric)]
-    if ntype == data.seed_type:
-        masked = rows >= len(feats.numeric)
-        if masked.any():
-            m = rows[masked] - len(feats.numeric)
-            num[masked], cat[masked] = data.seed_features.numeric[m], data.seed_features.categorical[m]
+    n = len(feats.numeric)
+    masked = rows >= n if ntype == data.seed_type else np.zeros(len(rows), bool)
+    return feats, rows % max(n, 1), masked
+
+
+def row_features(data: GraphData, ntype: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Encoded columns of ``rows`` that do not depend on the cutoff (see ``input_rows`` for masking)."""
+    feats, local, masked = _source(data, ntype, rows)
+    num, cat = feats.numeric[local], feats.categorical[local]
+    if masked.any():
+        m = local[masked]
+        num[masked], cat[masked] = data.seed_features.numeric[m], data.seed_features.categorical[m]
     return num, cat
 
 
 def age(times: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
     """[log(1 + age in days at the cutoff), is static] per row, float32."""
     static = times == ALWAYS
-    days = np.where(static, 0.0, (cutoffs - times) / SECONDS_PER_DAY)
+    days = np.where(static, 0.0, (cutoffs - np.where(static, 0, times)) / NS_PER_DAY)
     return np.stack([np.log1p(np.clip(days, 0, None)), static.astype(np.float64)], 1).astype(np.float32)
 
 
-def relative_time(data: GraphData, ntype: str, nodes: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
-    """``age`` of each (node, cutoff) pair."""
-    return age(data.graph.node_time(ntype)[nodes], cutoffs)
+def relative_time(data: GraphData, ntype: str, rows: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
+    """What a row's numbers hold that depends on its cutoff: each datetime column's age, then the row's
+    own age (``age``). ``rows`` as ``input_rows`` gives them (masked seed rows hide their datetimes)."""
+    feats, local, masked = _source(data, ntype, rows)
+    dts = feats.datetimes[local]
+    if masked.any():
+        dts[masked] = data.seed_features.datetimes[local[masked]]
+    return np.concatenate([datetime_age(dts, cutoffs), age(data.graph.node_time(ntype)[local], cutoffs)], 1)
+
+
+def node_inputs(data: GraphData, ntype: str, nodes: np.ndarray, cutoffs: np.ndarray,
+                num_seeds: int = 0) -> dict[str, torch.Tensor]:
+    """A block's input features for ``nodes`` of one type at their cutoffs: ``num`` (encoded columns,
+    then ``relative_time``) and ``cat``; the first ``num_seeds`` of the seed type are the masked seeds."""
+    rows = input_rows(data, ntype, nodes, num_seeds)
+    num, cat = row_features(data, ntype, rows)
+    rel = relative_time(data, ntype, rows, cutoffs)
+    return {"num": torch.from_numpy(np.concatenate([num, rel], 1)), "cat": torch.from_numpy(cat)}
 
 
 def add_edge_features(data: GraphData, blocks: list, cutoffs: dict[str, np.ndarray]) -> None:
     """Set each featured edge type's inputs on ``blocks``: ``edata["num"]`` (the link row's numeric
-    columns, then the edge's ``age`` at its destination's cutoff) and ``edata["cat"]``, read by the edge
-    ids the blocks carry. ``cutoffs``: per type, the cutoff of each local node id (every block's nodes
-    of a type are a prefix of the first block's sources)."""
+    columns, its datetime ages, then the edge's ``age`` at its destination's cutoff) and ``edata["cat"]``,
+    read by the edge ids the blocks carry. ``cutoffs``: per type, the cutoff of each local node id (every
+    block's nodes of a type are a prefix of the first block's sources)."""
     g = data.graph
     none = np.zeros(0, np.int64)
     for block in blocks:
         for et, table in g.edge_features.items():
             eid = block.edges[et].data[dgl.EID].cpu().numpy()
             dst = block.edges(etype=et)[1].cpu().numpy()
-            num = np.concatenate([table.numeric[eid], age(g.edge_time(et)[eid], cutoffs.get(et[2], none)[dst])], 1)
+            cut = cutoffs.get(et[2], none)[dst]
+            num = np.concatenate([table.numeric[eid], datetime_age(table.datetimes[eid], cut),
+                                  age(g.edge_time(et)[eid], cut)], 1)
             block.edges[et].data["num"] = torch.from_numpy(num).to(block.device)
             block.edges[et].data["cat"] = torch.from_numpy(table.categorical[eid]).to(block.device)
 
@@ -155,10 +184,8 @@ class GraphSource:
         d, out = self.data, {}
         cutoffs = {t: c.cpu().numpy() for t, c in batch.input_cutoffs.items()}
         for ntype, nodes in batch.input_nodes.items():
-            ids = nodes.cpu().numpy()
-            num, cat = row_features(d, ntype, input_rows(d, ntype, ids, batch.num_seeds if ntype == d.seed_type else 0))
-            rel = relative_time(d, ntype, ids, cutoffs[ntype])
-            out[ntype] = {"num": torch.from_numpy(np.concatenate([num, rel], 1)), "cat": torch.from_numpy(cat)}
+            out[ntype] = node_inputs(d, ntype, nodes.cpu().numpy(), cutoffs[ntype],
+                                     batch.num_seeds if ntype == d.seed_type else 0)
         add_edge_features(d, batch.blocks, cutoffs)
         return out
 

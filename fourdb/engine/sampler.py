@@ -67,18 +67,20 @@ class TypeIndex:
 
 
 class TimeCoder:
-    """Maps int64 seconds to small non-negative ranks so (node, time) packs into one int64 key."""
+    """Maps int64 nanosecond times to their rank among the graph's distinct edge times, so (node, time)
+    packs into one int64 key at full resolution, however long the time span.
+
+    ``code(t)`` is how many distinct edge times are <= t (static rows: 0), for edge times and cutoffs
+    alike, so an edge time t is known at cutoff c exactly when code(t) <= code(c)."""
 
     def __init__(self, times: list[np.ndarray]):
         known = np.concatenate([t[t != ALWAYS] for t in times]) if times else np.zeros(0, np.int64)
-        self.t0 = int(known.min()) if len(known) else 0
-        self.span = int(known.max() - self.t0 + 2) if len(known) else 2
+        self.times = np.unique(known)
+        self.span = len(self.times) + 1
 
     def code(self, t: np.ndarray) -> np.ndarray:
-        """Static rows -> 0; real times -> 1 + offset; cutoffs clip into [0, span-1]."""
         t = np.asarray(t, dtype=np.int64)
-        out = np.clip(t - self.t0 + 1, 0, self.span - 1)
-        return np.where(t == ALWAYS, 0, out)
+        return np.where(t == ALWAYS, 0, np.searchsorted(self.times, t, side="right")).astype(np.int64)
 
 
 def build_edge_index(graph: RelGraph) -> tuple[dict, TimeCoder]:
@@ -156,7 +158,7 @@ def make_block(edges: dict, num_src: dict, num_dst: dict, device=None, eids: dic
 class SampledBatch:
     blocks: list  # DGL blocks, input layer first
     input_nodes: dict[str, torch.Tensor]  # node ids per type of the first block's sources
-    input_cutoffs: dict[str, torch.Tensor]  # cutoff (int64 s) per source pair, for relative time
+    input_cutoffs: dict[str, torch.Tensor]  # cutoff (int64 ns) per source pair, for relative time
     seed_type: str
     num_seeds: int
 
@@ -252,7 +254,7 @@ class TemporalSampler:
 
     def sample(self, seed_type: str, seeds, cutoffs, rng: np.random.Generator,
                hidden_etypes: frozenset = frozenset()) -> SampledBatch:
-        """Blocks for ``seeds`` of ``seed_type``, each seen as of its cutoff (int64 seconds).
+        """Blocks for ``seeds`` of ``seed_type``, each seen as of its cutoff (int64 nanoseconds).
 
         ``hidden_etypes`` are edge types into the seed rows themselves that must not be used: the
         foreign keys a row-column task hides.

@@ -42,7 +42,7 @@ from fourdb.engine.pipeline import prefetch
 from fourdb.engine.sampler import make_block
 from fourdb.utils import atomic_write_text, cache_root, progress, stable_hash
 
-STORE_VERSION = 2  # 2: edge ids in the edge lists, input cutoffs
+STORE_VERSION = 3  # 2: edge ids in the edge lists, input cutoffs; 3: ns times, relative time per type
 log = logging.getLogger("fourdb")
 
 
@@ -237,7 +237,9 @@ class BatchStore:
                 cuts = np.concatenate([[0], np.cumsum(rcount[b])])
                 cold[b] = [(s[cuts[i]:cuts[i + 1]] < 0).sum() for i in range(lay.n_nt)]
             self._epochs[k] = {
-                "meta": meta, "edges": self._load(f"e{k}.edges.npy"), "slot": slot, "rel": self._load(f"e{k}.rel.npy"),
+                "meta": meta, "edges": self._load(f"e{k}.edges.npy"), "slot": slot,
+                "rel": [self._load(f"e{k}.rel{i}.npy") for i in range(lay.n_nt)],  # per type: widths differ
+                "type_off": np.concatenate([np.zeros((1, lay.n_nt), np.int64), np.cumsum(rcount, 0)]),
                 "cut": self._load(f"e{k}.cut.npy"),
                 "idx": self._load(f"e{k}.idx.npy"),
                 "edge_off": np.concatenate([[0], np.cumsum(ecount)]), "row_off": row_off,
@@ -278,14 +280,15 @@ class BatchStore:
                 c0, c1 = e["cold_off"][b, i], e["cold_off"][b + 1, i]
                 cold_num, cold_cat = e["cold"][i][0][c0:c1], e["cold"][i][1][c0:c1]
                 is_hot = slot >= 0
+                rel = e["rel"][i][e["type_off"][b, i]:e["type_off"][b + 1, i]]
                 if isinstance(hot_num, np.ndarray):  # RAM tier: one array per table, relative time beside
                     d = hot_num.shape[1]
-                    num = np.empty((n, d + 2), dtype=hot_num.dtype)
+                    num = np.empty((n, d + rel.shape[1]), dtype=hot_num.dtype)
                     cat = np.empty((n, hot_cat.shape[1]), dtype=hot_cat.dtype)
                     hs = slot[is_hot]
                     num[is_hot, :d], cat[is_hot] = hot_num[hs], hot_cat[hs]
                     num[~is_hot, :d], cat[~is_hot] = cold_num, cold_cat
-                    num[:, d:] = e["rel"][r:r + n]
+                    num[:, d:] = rel
                     feats[t] = {"num": torch.from_numpy(num), "cat": torch.from_numpy(cat)}
                 else:  # GPU tier: assembled on the GPU, only the cold rows travel
                     dev = hot_num.device
@@ -296,7 +299,7 @@ class BatchStore:
                     num[mask], cat[mask] = hot_num[hs], hot_cat[hs]
                     num[~mask] = torch.from_numpy(np.array(cold_num)).to(dev)
                     cat[~mask] = torch.from_numpy(np.array(cold_cat)).to(dev)
-                    rel_t = torch.from_numpy(np.array(e["rel"][r:r + n])).to(dev)
+                    rel_t = torch.from_numpy(np.array(rel)).to(dev)
                     feats[t] = {"num": torch.cat([num, rel_t], 1), "cat": cat}
             r += n
         add_edge_features(data, blocks, cutoffs)
@@ -321,8 +324,9 @@ def replay_seconds(source, batches: list) -> float:
         feats, cutoffs = {}, {t: c.cpu().numpy() for t, c in batch.input_cutoffs.items()}
         for t, nodes in batch.input_nodes.items():
             ids = nodes.cpu().numpy()
-            num, cat = row_features(data, t, input_rows(data, t, ids, batch.num_seeds if t == data.seed_type else 0))
-            feats[t] = (num, cat, relative_time(data, t, ids, cutoffs[t]))
+            rows = input_rows(data, t, ids, batch.num_seeds if t == data.seed_type else 0)
+            num, cat = row_features(data, t, rows)
+            feats[t] = (num, cat, relative_time(data, t, rows, cutoffs[t]))
         start = time.perf_counter()
         add_edge_features(data, lay.blocks(meta, edges), cutoffs)
         for num, cat, rel_t in feats.values():
@@ -346,7 +350,7 @@ def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> No
             states.append(rng_state_hash(rng))
             plan = source.epoch_plan(rng)
             jobs = ((lambda i=i, s=s: (i, source.sample("train", i, np.random.default_rng(s)))) for i, s in plan)
-            metas, edges, idxs, rows, rels, cuts = [], [], [], {t: [] for t in lay.ntypes}, [], []
+            metas, edges, idxs, rows, rels, cuts = [], [], [], {t: [] for t in lay.ntypes}, {t: [] for t in lay.ntypes}, []
             sampled = prefetch(jobs, max(1, source.workers), source.engine.prefetch)
             desc = f"sampling epoch {k + 1}/{epochs} into the store"
             for idx, batch in progress(sampled, None, total=len(plan), desc=desc, leave=False):
@@ -360,7 +364,7 @@ def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> No
                         r = input_rows(data, t, ids, batch.num_seeds if t == data.seed_type else 0)
                         rows[t].append(r)
                         cuts.append(batch.input_cutoffs[t].cpu().numpy())
-                        rels.append(relative_time(data, t, ids, cuts[-1]))
+                        rels[t].append(relative_time(data, t, r, cuts[-1]))
                         counts[t] += np.bincount(r, minlength=len(counts[t]))
                     else:
                         rows[t].append(np.zeros(0, np.int64))
@@ -380,7 +384,9 @@ def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> No
             np.save(tmp / f"e{k}.meta.npy", np.stack(metas))
             np.save(tmp / f"e{k}.edges.npy", np.concatenate(edges, 1))
             np.save(tmp / f"e{k}.idx.npy", np.concatenate(idxs))
-            np.save(tmp / f"e{k}.rel.npy", np.concatenate(rels) if rels else np.zeros((0, 2), np.float32))
+            for i, t in enumerate(lay.ntypes):
+                width = relative_time(data, t, np.zeros(0, np.int64), np.zeros(0, np.int64)).shape[1]
+                np.save(tmp / f"e{k}.rel{i}.npy", np.concatenate(rels[t]) if rels[t] else np.zeros((0, width), np.float32))
             np.save(tmp / f"e{k}.cut.npy", np.concatenate(cuts) if cuts else np.zeros(0, np.int64))
             slots = []
             for b in range(len(metas)):

@@ -1,9 +1,13 @@
-"""Per-dtype column preprocessing into a numeric block and a categorical-code block.
+"""Per-dtype column preprocessing into a numeric block, a categorical-code block and raw datetimes.
 
 Numeric: standardized, missing -> 0 plus a missing flag. Category: codes with 0 as the unknown /
-missing bucket. Datetime: year, month, weekday, hour and standardized epoch. Text: TF-IDF then
-truncated SVD. ``transform(df, masked=...)`` encodes masked columns as missing, which is how a
-row-column task's seed row hides the columns that are not known at its cutoff.
+missing bucket, ranked by frequency. Text: TF-IDF then truncated SVD. Datetime: month, weekday and hour
+(which do not drift) plus a missing flag, and the value itself kept raw (``datetimes``, int64 ns) so it
+reaches a model only relative to each seed's cutoff (``datetime_age``), never as an absolute time that
+drifts between training and test. Every statistic (scales, vocabularies, TF-IDF/SVD) is fitted on the
+rows known by a given time (``fit(df, until=...)``: the start of validation), never on later rows.
+``transform(df, masked=...)`` encodes masked columns as missing, which is how a row-column task's seed
+row hides the columns that are not known at its cutoff.
 """
 from __future__ import annotations
 
@@ -13,9 +17,11 @@ import numpy as np
 import pandas as pd
 
 from fourdb.rdb.schema import Table
+from fourdb.utils import NS_PER_DAY, to_epoch_ns
 
 MAX_CATEGORIES = 1000  # rarer values share the unknown bucket
 TEXT_DIMS = 8
+MISSING_TIME = np.iinfo(np.int64).min
 
 
 @dataclass
@@ -25,6 +31,32 @@ class EncodedTable:
     cardinalities: list[int] = field(default_factory=list)
     numeric_names: list[str] = field(default_factory=list)
     categorical_names: list[str] = field(default_factory=list)
+    datetimes: np.ndarray | None = None  # int64 ns [rows, n_datetime], MISSING_TIME where missing or hidden
+    datetime_names: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.datetimes is None:
+            self.datetimes = np.zeros((len(self.numeric), 0), np.int64)
+
+
+def datetime_age(values: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
+    """Signed log(1 + days) from each datetime to its row's cutoff (``values`` [n, k] int64 ns,
+    ``cutoffs`` [n]); 0 where missing (the missing flag says so). A value after the cutoff (a planned
+    date known in advance) is negative."""
+    values = np.asarray(values, np.int64)
+    if values.shape[1] == 0:
+        return np.zeros((len(values), 0), np.float32)
+    missing = values == MISSING_TIME
+    days = (np.asarray(cutoffs, np.int64)[:, None] - np.where(missing, 0, values)) / NS_PER_DAY
+    return np.where(missing, 0.0, np.sign(days) * np.log1p(np.abs(days))).astype(np.float32)
+
+
+def known_rows(table: Table, df: pd.DataFrame, until) -> np.ndarray:
+    """Rows known by ``until`` (rows without a time always are); every row when ``until`` is None."""
+    if until is None or table.time_column is None:
+        return np.ones(len(df), bool)
+    times = df[table.time_column]
+    return (times.isna() | (times <= pd.Timestamp(until))).to_numpy()
 
 
 class TableEncoder:
@@ -35,7 +67,9 @@ class TableEncoder:
         self.columns = [c for c in table.feature_columns if c.name not in exclude]
         self.stats: dict = {}
 
-    def fit(self, df: pd.DataFrame) -> "TableEncoder":
+    def fit(self, df: pd.DataFrame, until=None) -> "TableEncoder":
+        """Fit on the rows known by ``until`` (the start of validation), so no statistic comes from later."""
+        df = df[known_rows(self.table, df, until)]
         for col in self.columns:
             values = df[col.name]
             if col.dtype == "numeric":
@@ -43,13 +77,11 @@ class TableEncoder:
                 self.stats[col.name] = (np.nanmean(v) if v.notna().any() else 0.0,
                                         (np.nanstd(v) if v.notna().sum() > 1 else 1.0) or 1.0)
             elif col.dtype == "category":
-                counts = values.dropna().astype(str).value_counts()
+                counts = values.dropna().astype(str).value_counts(sort=False)
+                # by frequency, ties by value: the same vocabulary whatever the row order
+                counts = counts.sort_index().sort_values(ascending=False, kind="stable")
                 vocab = counts.index[:MAX_CATEGORIES]
                 self.stats[col.name] = {v: i + 1 for i, v in enumerate(vocab)}
-            elif col.dtype == "datetime":
-                secs = values.astype("int64").where(values.notna()) / 1e9
-                self.stats[col.name] = (np.nanmean(secs) if secs.notna().any() else 0.0,
-                                        (np.nanstd(secs) if secs.notna().sum() > 1 else 1.0) or 1.0)
             elif col.dtype == "text":
                 self.stats[col.name] = self._fit_text(values)
         return self
@@ -71,9 +103,13 @@ class TableEncoder:
         svd = TruncatedSVD(n_components=k, random_state=0).fit(x)
         return vec, svd
 
-    def transform(self, df: pd.DataFrame, masked: set[str] | frozenset = frozenset()) -> EncodedTable:
+    def transform(self, df: pd.DataFrame, masked: set[str] | frozenset = frozenset(),
+                  cutoffs: np.ndarray | None = None) -> EncodedTable:
+        """Encode ``df``'s rows. With ``cutoffs`` (int64 ns per row) each datetime column's age at the
+        row's cutoff joins the numeric block; without, the raw values go to ``datetimes`` for the caller
+        to turn into ages per cutoff (a graph row is read at many cutoffs)."""
         n = len(df)
-        nums, num_names, cats, cards, cat_names = [], [], [], [], []
+        nums, num_names, cats, cards, cat_names, dts, dt_names = [], [], [], [], [], [], []
         for col in self.columns:
             values = df[col.name]
             hide = col.name in masked
@@ -91,11 +127,9 @@ class TableEncoder:
                 cards.append(len(vocab) + 1)
                 cat_names.append(col.name)
             elif col.dtype == "datetime":
-                mean, std = self.stats[col.name]
                 dt = pd.to_datetime(values)
                 miss = dt.isna().to_numpy() | hide
                 parts = {
-                    "epoch": ((dt.astype("int64") / 1e9 - mean) / std).to_numpy(),
                     "month": (dt.dt.month.to_numpy(dtype=float, na_value=np.nan) - 6.5) / 3.5,
                     "weekday": (dt.dt.weekday.to_numpy(dtype=float, na_value=np.nan) - 3) / 2,
                     "hour": (dt.dt.hour.to_numpy(dtype=float, na_value=np.nan) - 11.5) / 7,
@@ -105,6 +139,8 @@ class TableEncoder:
                     num_names.append(f"{col.name}:{part}")
                 nums.append(miss.astype(float))
                 num_names.append(f"{col.name}:missing")
+                dts.append(np.where(miss, MISSING_TIME, to_epoch_ns(dt)))
+                dt_names.append(f"{col.name}:age")
             elif col.dtype == "text":
                 fitted = self.stats[col.name]
                 if fitted is None:
@@ -115,6 +151,11 @@ class TableEncoder:
                     z = np.zeros_like(z)
                 nums += list(z.T)
                 num_names += [f"{col.name}:svd{i}" for i in range(z.shape[1])]
+        datetimes = np.stack(dts, 1).astype(np.int64) if dts else np.zeros((n, 0), np.int64)
+        if cutoffs is not None:
+            nums += list(datetime_age(datetimes, cutoffs).T)
+            num_names += dt_names
+            datetimes, dt_names = np.zeros((n, 0), np.int64), []
         numeric = np.stack(nums, 1).astype(np.float32) if nums else np.zeros((n, 0), np.float32)
         categorical = np.stack(cats, 1) if cats else np.zeros((n, 0), np.int64)
-        return EncodedTable(numeric, categorical, cards, num_names, cat_names)
+        return EncodedTable(numeric, categorical, cards, num_names, cat_names, datetimes, dt_names)

@@ -54,7 +54,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fourdb.errors import FourdbError
-from fourdb.features.columns import MAX_CATEGORIES, EncodedTable, TableEncoder
+from fourdb.features.columns import MAX_CATEGORIES, EncodedTable
+from fourdb.features.single_table import seed_row_features
 from fourdb.rdb import Database
 from fourdb.rdb.schema import Schema, Table
 from fourdb.utils import cache_root, duckdb_connect, progress as progress_bar, stable_hash
@@ -302,11 +303,15 @@ class _Compiler:
             frame = {f"v{i}": df[t.columns[i].name] for i in keep}
             frame |= {"__rid": np.arange(len(df), dtype=np.int64), "__ord": _time_order(df, t)}
             frame = pd.DataFrame(frame, copy=False)
-            self.con.register(f"__src_{tname}", frame)
+            self.con.register(self.src(tname), frame)
         for i, tname in enumerate(sorted(self.tables)):
             self.bases[tname] = f"__b{i}"
         for tname in sorted(self.tables):
             self.base(self.schema.table(tname))
+
+    def src(self, table: str) -> str:
+        """The registered frame of a table: named by position, since a table's name may hold any character."""
+        return f"__src_{sorted(self.tables).index(table)}"  # not a temp-table name (see _TEMP): never dropped
 
     def base(self, t: Table) -> None:
         time_expr = f"CAST(s.{self.col(t, t.time_column)} AS TIMESTAMP_NS)" if t.time_column else "NULL::TIMESTAMP_NS"
@@ -324,10 +329,10 @@ class _Compiler:
                              == pd.api.types.is_integer_dtype(self.db.tables[parent.name][parent.primary_key]))
                 left, right = (f"s.v{i}", f"j{i}.{pk}") if same_kind else \
                     (f"CAST(s.v{i} AS VARCHAR)", f"CAST(j{i}.{pk} AS VARCHAR)")
-                joins.append(f"LEFT JOIN __src_{parent.name} j{i} ON {left} = {right}")
+                joins.append(f"LEFT JOIN {self.src(parent.name)} j{i} ON {left} = {right}")
                 sel.append(f"j{i}.__rid AS p{i}")
         self.emit(f"table {t.name}", f"CREATE TEMP TABLE {self.bases[t.name]} AS SELECT {', '.join(sel)} "
-                                     f"FROM __src_{t.name} s {' '.join(joins)}")
+                                     f"FROM {self.src(t.name)} s {' '.join(joins)}")
 
     def query(self, desc: str, select: str) -> str:
         """A query set: distinct (k, cutoff) rows numbered by ``qid``."""
@@ -922,7 +927,5 @@ def dfs_features(db: Database, task, splits: dict, depth: int = 2, primitives=PR
     frames = {s: feats.iloc[bounds[i]:bounds[i + 1]].reset_index(drop=True) for i, s in enumerate(names)}
     fit_split = "train" if "train" in frames else names[0]
     encoded = encode_features(frames, fit_split)
-    enc = TableEncoder(table, exclude=hidden).fit(db.tables[table.name])
-    rows = db.tables[table.name]
-    own = {s: enc.transform(rows.iloc[f["node"].to_numpy()].reset_index(drop=True)) for s, f in splits.items()}
+    own = seed_row_features(db, task, splits)
     return {s: _concat(own[s], encoded[s]) for s in names}

@@ -6,7 +6,7 @@
   features (``edge_features[etype]``; edge id i of either direction is the link table's i-th kept row).
   Every GNN reads them (fourdb/models/gnn.py).
 
-Every node and edge carries a time in int64 seconds; ``ALWAYS`` marks rows with no time column
+Every node and edge carries a time in int64 nanoseconds (the data's own resolution); ``ALWAYS`` marks rows with no time column
 (static rows, visible at any cutoff). An edge's time is when its source row can be reached through
 it: a child row's time for child -> parent, the parent's for parent -> child (the child at the
 destination is already admitted, so its keys are known), and the latest of the link row and source
@@ -24,7 +24,7 @@ import torch
 from fourdb.errors import FourdbError
 from fourdb.features.columns import EncodedTable, TableEncoder
 from fourdb.rdb import Database
-from fourdb.utils import to_epoch_seconds
+from fourdb.utils import to_epoch_ns
 
 ALWAYS = np.iinfo(np.int64).min
 
@@ -56,19 +56,32 @@ class RelGraph:
         return src.numpy(), dst.numpy(), self.g.edges[etype].data["time"].numpy()
 
 
+def relation(*parts: str) -> str:
+    """An edge type's name from table and column names: torch module names (one per edge type in
+    every GNN) cannot hold '.', so it is escaped, reversibly, as are '%' signs."""
+    return "__".join(p.replace("%", "%25").replace(".", "%2E") for p in parts)
+
+
+def fk_relations(table: str, fk: str) -> tuple[str, str]:
+    """(child -> parent, parent -> child) edge type names of a foreign key."""
+    return relation(table, fk), relation(table, fk, "rev")
+
+
 def link_tables(db: Database) -> set[str]:
     referenced = {fk.link_table for t in db.schema.tables for fk in t.foreign_keys}
     return {t.name for t in db.schema.tables if len(t.foreign_keys) == 2 and t.name not in referenced}
 
 
-def build_graph(db: Database, kind: str = "r2ne") -> RelGraph:
+def build_graph(db: Database, kind: str = "r2ne", fit_until=None) -> RelGraph:
+    """The graph of ``db``; every column encoder is fitted on the rows known by ``fit_until`` (a task's
+    validation start: no scale or vocabulary comes from later rows; None fits on every row)."""
     if kind not in GRAPHS:
         raise FourdbError(f"unknown graph construction '{kind}' (choose from {', '.join(GRAPHS)})")
     as_edges = link_tables(db) if kind == "r2ne" else set()
     times, key_index = {}, {}
     for t in db.schema.tables:
         df = db.tables[t.name]
-        times[t.name] = to_epoch_seconds(df[t.time_column]) if t.time_column else np.full(len(df), ALWAYS)
+        times[t.name] = to_epoch_ns(df[t.time_column]) if t.time_column else np.full(len(df), ALWAYS)
         if t.primary_key:
             key_index[t.name] = pd.Index(df[t.primary_key])
 
@@ -83,12 +96,13 @@ def build_graph(db: Database, kind: str = "r2ne") -> RelGraph:
             a, b = fks
             sa, sb = rows_of(a.link_table, df[a.name]), rows_of(b.link_table, df[b.name])
             ok = (sa >= 0) & (sb >= 0)
-            enc = TableEncoder(t).fit(df)
+            enc = TableEncoder(t).fit(df, fit_until)
             encoders[t.name] = enc
             feats = enc.transform(df[ok].reset_index(drop=True))
             row_t = times[t.name][ok]
-            for (src_t, src, dst_t, dst, name) in ((a.link_table, sa[ok], b.link_table, sb[ok], t.name),
-                                                   (b.link_table, sb[ok], a.link_table, sa[ok], f"{t.name}__rev")):
+            for (src_t, src, dst_t, dst, name) in ((a.link_table, sa[ok], b.link_table, sb[ok], relation(t.name)),
+                                                   (b.link_table, sb[ok], a.link_table, sa[ok],
+                                                    relation(t.name, "rev"))):
                 et = (src_t, name, dst_t)
                 edges[et] = (src, dst)
                 edge_time[et] = np.maximum(row_t, times[src_t][src])
@@ -99,8 +113,8 @@ def build_graph(db: Database, kind: str = "r2ne") -> RelGraph:
             child_rows = np.arange(len(df))
             ok = parent_rows >= 0
             c, p = child_rows[ok], parent_rows[ok]
-            fwd = (t.name, f"{t.name}__{fk.name}", fk.link_table)
-            rev = (fk.link_table, f"{t.name}__{fk.name}__rev", t.name)
+            up, down = fk_relations(t.name, fk.name)
+            fwd, rev = (t.name, up, fk.link_table), (fk.link_table, down, t.name)
             edges[fwd], edge_time[fwd] = (c, p), times[t.name][c]
             # the child (destination) is already admitted at the cutoff, so its own key is known then
             edges[rev], edge_time[rev] = (p, c), times[fk.link_table][p]
@@ -111,7 +125,7 @@ def build_graph(db: Database, kind: str = "r2ne") -> RelGraph:
         num_nodes_dict={t.name: len(db.tables[t.name]) for t in node_tables},
     )
     for t in node_tables:
-        enc = TableEncoder(t).fit(db.tables[t.name])
+        enc = TableEncoder(t).fit(db.tables[t.name], fit_until)
         encoders[t.name] = enc
         features[t.name] = enc.transform(db.tables[t.name])
         g.nodes[t.name].data["time"] = torch.from_numpy(times[t.name])

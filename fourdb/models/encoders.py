@@ -34,5 +34,6 @@ class TypeEncoder(nn.Module):
 
 
 def key(name: str) -> str:
-    """A ModuleDict key for a table or edge name (names like 'items' clash with ModuleDict attributes)."""
-    return f"t_{name}"
+    """A ModuleDict key for a table or edge name: prefixed (names like 'items' clash with ModuleDict
+    attributes) and without '.', which torch refuses in module names (escaped reversibly)."""
+    return "t_" + name.replace("%", "%25").replace(".", "%2E")

@@ -23,13 +23,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fourdb.engine.loader import GraphSource
+from fourdb.engine.loader import GraphSource, input_width
 from fourdb.engine.sampler import make_block
 from fourdb.errors import FourdbError
 from fourdb.models import NeuralModel, check_params
 from fourdb.models.encoders import TypeEncoder, key
 
-RELATIVE_TIME_DIMS = 2  # [log age in days, is static] that the loader appends to every row's (and edge's) numbers
 
 
 class HeteroGNN(nn.Module):
@@ -108,8 +107,8 @@ class GNN(NeuralModel):
             raise FourdbError(f"model '{self.name}': layers={layers} but the sampler draws "
                               f"{len(data.sampler.fanouts)} hops (sampler.fanouts has one per layer)")
         check_params(self.name, self.conv, params, fixed=("etypes", "hidden"), also=("hidden", "dropout", "layers"))
-        dims = {t: (f.numeric.shape[1] + RELATIVE_TIME_DIMS, f.cardinalities) for t, f in data.graph.features.items()}
-        edge_dims = {et[1]: (f.numeric.shape[1] + RELATIVE_TIME_DIMS, f.cardinalities)
+        dims = {t: (input_width(f), f.cardinalities) for t, f in data.graph.features.items()}
+        edge_dims = {et[1]: (input_width(f), f.cardinalities)
                      for et, f in data.graph.edge_features.items()}
         etypes = data.graph.canonical_etypes
         return HeteroGNN(lambda: self.conv(etypes, hidden, **params), dims, len(data.sampler.fanouts), hidden,

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from fourdb.errors import SchemaError
-from fourdb.rdb.schema import Schema, Table
+from fourdb.rdb.schema import Column, Schema, Table
 from fourdb.utils import duckdb_connect
 
 
@@ -72,10 +72,12 @@ def _coerce_column(table: Table, name: str, dtype: str, values: pd.Series) -> pd
 class Database:
     """Tables of a validated database folder, registered as DuckDB tables of the same names."""
 
-    def __init__(self, schema: Schema, tables: dict[str, pd.DataFrame], folder: Path | None = None):
+    def __init__(self, schema: Schema, tables: dict[str, pd.DataFrame], folder: Path | None = None,
+                 notes: list[str] | None = None):
         self.schema = schema
         self.tables = tables
         self.folder = folder
+        self.notes = notes or []  # what loading decided for the user (inherited times), shown by validate
         self._con = None
 
     # ---- loading & validation -------------------------------------------
@@ -85,7 +87,8 @@ class Database:
         schema = Schema.load(folder)
         tables = {t.name: cls._load_table(folder, t) for t in schema.tables}
         cls._check_keys(schema, tables)
-        return cls(schema, tables, folder)
+        notes = inherit_times(schema, tables)
+        return cls(schema, tables, folder, notes)
 
     @staticmethod
     def _load_table(folder: Path, table: Table) -> pd.DataFrame:
@@ -191,7 +194,7 @@ class Database:
                 times = df[t.time_column]
                 df = df[times.isna() | (times <= cutoff)]
             tables[t.name] = df.reset_index(drop=True)
-        return Database(self.schema, tables, self.folder)
+        return Database(self.schema, tables, self.folder, self.notes)
 
     @property
     def max_time(self) -> pd.Timestamp:
@@ -212,6 +215,78 @@ class Database:
                 }
             )
         return pd.DataFrame(rows)
+
+
+INHERITED_TIME = "__inherited_time"  # the derived time column of a table that takes its parents' time
+
+
+def inherit_times(schema: Schema, tables: dict[str, pd.DataFrame]) -> list[str]:
+    """Give every table without its own time column that references timed tables its parents' time.
+
+    A line item (an invoice line of a dated invoice) is known no earlier than what it points to, so
+    a row takes the latest time of the parents its ``time_from`` foreign keys point to (missing where
+    all of them are null). Undeclared, ``time_from`` is every foreign key to a timed table (timed by
+    its own column or, in turn, by its parents); ``static: true`` keeps a table always visible. The
+    time becomes a derived column (``INHERITED_TIME``, not a feature), so every path that reads
+    ``time_column`` honours it. Returns a note per table that got one.
+    """
+    notes = []
+    pending = {t.name: t for t in schema.tables if t.time_column is None and not t.static}
+    for t in schema.tables:
+        if t.time_column is not None and (t.time_from or t.static):
+            raise SchemaError(f"table '{t.name}': has time_column '{t.time_column}', so it cannot also declare "
+                              f"{'time_from' if t.time_from else 'static: true'}")
+        if t.static and t.time_from:
+            raise SchemaError(f"table '{t.name}': static: true and time_from contradict each other")
+        for fk in t.time_from or ():
+            if fk not in t.column_names or t.column(fk).dtype != "foreign_key":
+                fks = [c.name for c in t.foreign_keys]
+                raise SchemaError(f"table '{t.name}': time_from names '{fk}', which is not one of its foreign keys "
+                                  f"({', '.join(fks) or 'none'})")
+    timed = {t.name for t in schema.tables if t.time_column is not None}
+    for t in schema.tables:
+        if t.static and any(fk.link_table in timed for fk in t.foreign_keys):
+            parents = sorted({fk.link_table for fk in t.foreign_keys if fk.link_table in timed})
+            notes.append(f"table '{t.name}' is declared static but references timed table(s) {', '.join(parents)}: "
+                         f"its rows are visible at every cutoff")
+    while pending:  # parents first: a chain (sub-lines -> lines -> invoices) resolves top down
+        progressed = False
+        for name, t in list(pending.items()):
+            fks = [fk for fk in t.foreign_keys if t.time_from is None or fk.name in t.time_from]
+            if any(fk.link_table in pending and fk.link_table != name for fk in fks):
+                continue
+            del pending[name]
+            progressed = True
+            sources = [fk for fk in fks if fk.link_table in timed and fk.link_table != name]
+            if t.time_from is not None and len(sources) < len(t.time_from):
+                bad = next(fk.name for fk in fks if fk not in sources)
+                raise SchemaError(f"table '{t.name}': time_from '{bad}' points to '{t.column(bad).link_table}', "
+                                  f"which has no time (own or inherited)")
+            if not sources:
+                continue
+            times = [_parent_times(schema, tables, fk, tables[t.name][fk.name]) for fk in sources]
+            derived = pd.concat(times, axis=1).max(axis=1) if len(times) > 1 else times[0]
+            tables[t.name][INHERITED_TIME] = derived.astype("datetime64[ns]").to_numpy()
+            t.columns.append(Column(INHERITED_TIME, "datetime", derived=True))
+            t.time_column = INHERITED_TIME
+            timed.add(name)
+            how = "declared" if t.time_from is not None else "inferred; declare time_from or static: true to change it"
+            parents = ", ".join(f"{fk.link_table} (via {fk.name})" for fk in sources)
+            notes.append(f"table '{name}' has no time column: a row takes the "
+                         f"{'latest ' if len(sources) > 1 else ''}time of the {parents} row it references ({how})")
+        if not progressed:  # a cycle of untimed tables: none of them can inherit from the others
+            for name in pending:
+                notes.append(f"table '{name}' has no time column and its time parents form a cycle; rows always "
+                             f"visible")
+            break
+    return notes
+
+
+def _parent_times(schema: Schema, tables: dict[str, pd.DataFrame], fk, values: pd.Series) -> pd.Series:
+    parent = schema.table(fk.link_table)
+    ptime = pd.Series(tables[parent.name][parent.time_column].to_numpy(),
+                      index=pd.Index(tables[parent.name][parent.primary_key]))
+    return pd.Series(ptime.reindex(values.to_numpy()).to_numpy(), index=values.index)
 
 
 def write_database(folder: str | Path, schema: Schema, tables: dict[str, pd.DataFrame]) -> Path:
