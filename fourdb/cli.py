@@ -17,6 +17,7 @@ log = logging.getLogger("fourdb")
 def _hydra_run(argv: list[str]) -> None:
     import hydra
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from omegaconf import DictConfig, OmegaConf
 
     @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
@@ -41,6 +42,11 @@ def _hydra_run(argv: list[str]) -> None:
             exit_rank()
         log.info("run record: %s/record.json", out_dir)
         print(format_records([record]), flush=True)
+        verdict = record.get("certify")
+        if verdict is not None:
+            print(certify_line(verdict), flush=True)
+            if not verdict["passed"] and HydraConfig.get().mode == RunMode.RUN:
+                sys.exit(1)
         return record["metrics"]["val"][record["metric"]]
 
     OmegaConf.register_new_resolver("metric_direction", metric_direction, replace=True)
@@ -50,6 +56,16 @@ def _hydra_run(argv: list[str]) -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     app()
+
+
+def certify_line(verdict: dict) -> str:
+    checks = verdict["checks"]
+    if verdict["passed"]:
+        return (f"certify: passed: {len(checks)} checks ({', '.join(sorted({c['mode'] for c in checks}))} the rows after "
+                f"each of {len({c['cutoff'] for c in checks})} test cutoffs), every prediction unchanged")
+    bad = verdict["first_failure"]
+    return (f"certify: FAILED: with the rows after {bad['cutoff']} {bad['mode']}d, predictions change (max "
+            f"{bad['max_abs_diff']:.3g}); first difference: {bad['first_difference']}")
 
 
 def metric_direction(dataset, task: str) -> str:
@@ -122,6 +138,8 @@ def _validate(args) -> int:
 
     db = Database.load(args.folder)
     print(db.summary().to_string(index=False))
+    for note in db.notes:
+        print(f"warning: {note}")
     print(f"ok: {args.folder} is a valid database ({len(db.schema.tables)} tables)")
     return 0
 
@@ -150,9 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "run":
         _hydra_run(argv[1:])
         return 0
+    if argv and argv[0] == "certify":  # a run that also proves its test predictions leak-free
+        _hydra_run([*argv[1:], "certify.enabled=true"])
+        return 0
     parser = argparse.ArgumentParser(prog="fourdb", description="Predictive ML on relational databases.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run experiments (Hydra overrides follow, e.g. model=sage -m)")
+    sub.add_parser("certify", help="run, then check that deleting or scrambling every row after a test cutoff "
+                                   "leaves its predictions unchanged (Hydra overrides as for run)")
     p = sub.add_parser("import", help="convert a SQLite/DuckDB file, a 4DBInfer or a RelBench folder into a database folder")
     p.add_argument("path")
     p.add_argument("--out", required=True, help="database folder to write (must not exist, or be empty)")

@@ -17,89 +17,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from fourdb.datasets import load_dataset
 from fourdb.engine import ddp
-from fourdb.engine.config import EngineConfig
-from fourdb.engine.loader import GraphData
 from fourdb.engine.parallel import PLAN_ENV
-from fourdb.engine.sampler import TemporalSampler
-from fourdb.features import TableData, build_table_features
-from fourdb.graph import build_graph
-from fourdb.graph.build import fk_relations
+from fourdb.inputs import SPLITS, graph_engine, graph_inputs, inputs_key, shared_folder, subsample, table_inputs  # noqa: F401
 from fourdb.models import TaskInfo, create_model
 from fourdb.rdb.fingerprint import database_fingerprint
-from fourdb.tasks import Task, load_task
+from fourdb.tasks import find_task, materialize
 from fourdb.train.metrics import evaluate
 from fourdb.train.trainer import TrainerConfig
-from fourdb.utils import environment as utils_environment, atomic_write_text, cache_root, stable_hash, to_epoch_ns
+from fourdb.utils import environment as utils_environment, atomic_write_text, stable_hash
 
 log = logging.getLogger("fourdb")
 RECORD_VERSION = 1
-SPLITS = ("train", "val", "test")
 
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def subsample(task: Task, max_train: int | None, max_val: int | None, sample_seed: int = 0) -> dict[str, pd.DataFrame]:
-    """Per-split seed frames, training and validation capped where the config asks; says so in the log.
-
-    The subsample does not depend on the run's seed, so every seed and every model of a board trains
-    and stops on the same rows (and a DFS cache made for one serves all). The test split is never
-    capped: every result, including an external submission, is scored on all of it.
-    """
-    out = {}
-    for split in SPLITS:
-        frame = task.split(split)
-        cap = {"train": max_train, "val": max_val}.get(split)
-        if cap and len(frame) > cap:
-            log.info("subsampling %s seeds: %d of %d (config max_%s_seeds)", split, cap, len(frame), split)
-            frame = frame.sample(n=cap, random_state=sample_seed).sort_values(["cutoff", "node"]).reset_index(drop=True)
-        out[split] = frame
-    return out
-
-
-def graph_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> GraphData:
-    graph = build_graph(db, cfg.graph.kind, fit_until=task.fit_until)
-    seed_type = task.spec.entity_table
-    hidden = set(task.hidden_columns)
-    fks = {c.name for c in db.schema.table(seed_type).foreign_keys}
-    hidden_etypes = frozenset(et[1] for et in graph.canonical_etypes
-                              if et[2] == seed_type and any(et[1] == fk_relations(seed_type, c)[1] for c in hidden & fks))
-    sampler = TemporalSampler(graph, list(cfg.sampler.fanouts), cfg.sampler.strategy)
-    seed_features = graph.encoders[seed_type].transform(db.tables[seed_type], masked=hidden)
-    return GraphData(
-        graph=graph, sampler=sampler, seed_type=seed_type,
-        seeds={s: f["node"].to_numpy() for s, f in splits.items()},
-        cutoffs={s: to_epoch_ns(f["cutoff"]) for s, f in splits.items()},
-        labels={s: splits[s]["label"].to_numpy() for s in ("train", "val")},
-        seed_features=seed_features, hidden_etypes=hidden_etypes,
-        engine=graph_engine(cfg),
-    )
-
-
-def shared_folder(cfg: DictConfig, out_dir) -> Path:
-    """Where the ranks of a run share its graph inputs: the run folder (a restarted group reuses them)."""
-    if out_dir is not None:
-        return Path(out_dir) / ".shared_graph"
-    return cache_root() / "shared_graph" / inputs_key(cfg)
-
-
-def inputs_key(cfg: DictConfig) -> str:
-    """Hash of the settings that fix a run's graph inputs (not the engine, which only says how to feed them)."""
-    return stable_hash({k: OmegaConf.to_container(cfg, resolve=True).get(k) for k in
-                        ("dataset", "task", "graph", "sampler", "seed", "max_train_seeds", "max_val_seeds")})
-
-
-def graph_engine(cfg: DictConfig) -> EngineConfig:
-    return EngineConfig.from_dict(OmegaConf.to_container(cfg.engine, resolve=True) if cfg.get("engine") else None)
-
-
-def table_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> TableData:
-    params = {k: v for k, v in OmegaConf.to_container(cfg.features, resolve=True).items() if k != "name"}
-    return TableData(build_table_features(cfg.features.name, db, task, splits, **params),
-                     {s: splits[s]["label"].to_numpy() for s in ("train", "val")})
 
 
 def environment() -> dict:
@@ -118,6 +52,20 @@ def checkpoint_key(cfg: DictConfig) -> str:
     return stable_hash(conf)
 
 
+def certify_run(cfg: DictConfig, model, db, task, splits: dict, options) -> dict:
+    """``certify.enabled=true``: the trained model's test predictions must not change when the future does."""
+    from fourdb.certify import certify
+
+    def build(db_, splits_):
+        return graph_inputs(cfg, db_, task, splits_) if model.input_kind == "graph" else table_inputs(cfg, db_, task, splits_)
+
+    start = time.perf_counter()
+    out = certify(build, model, db, task, splits, int(options.get("groups", 3)), int(options.get("max_seeds", 200)),
+                  int(cfg.seed))
+    out["seconds"] = round(time.perf_counter() - start, 2)
+    return out
+
+
 def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict | None:
     """The run record (written to ``out_dir/record.json``). Inside a torchrun worker every rank trains
     and evaluates its share; rank 0 writes the record and the other ranks return None."""
@@ -128,8 +76,9 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     seed_everything(cfg.seed)
     dataset = cfg.dataset.name
     source = cfg.dataset.get("path") or dataset  # a database folder given by path, or a built-in name
+    spec = find_task(source, cfg.task)  # a bad task file fails before the database is loaded or built
     db = load_dataset(source, **(cfg.dataset.get("params") or {}))
-    task = load_task(db, source, cfg.task)
+    task = materialize(spec, db)
     splits = subsample(task, cfg.get("max_train_seeds"), cfg.get("max_val_seeds"))
     info = TaskInfo(task.spec.task_type, task.num_classes, task.spec.metric)
     model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
@@ -177,6 +126,9 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
         "config": OmegaConf.to_container(cfg, resolve=True),
         **environment(),
     }
+    certify_cfg = cfg.get("certify") or {}
+    if certify_cfg.get("enabled") and not ctx.distributed:
+        record["certify"] = certify_run(cfg, model, db, task, splits, certify_cfg)
     if ctx.distributed:
         record["distributed"] = {"world_size": ctx.world, "backend": ctx.backend, "peak_memory_mb_per_rank": peaks,
                                  "shared_graph": shared, "restarts": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))}

@@ -229,7 +229,7 @@ def recommend(cfg, out_dir) -> ParallelPlan:
     from fourdb.datasets import load_dataset
     from fourdb.engine import ddp
     from fourdb.models import TaskInfo, create_model
-    from fourdb.run import graph_inputs, inputs_key, shared_folder, subsample, table_inputs
+    from fourdb.inputs import graph_inputs, inputs_key, shared_folder, subsample, table_inputs
     from fourdb.tasks import load_task
     from fourdb.train.trainer import TrainerConfig
 

@@ -846,6 +846,8 @@ def cached_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int = 
                hidden=(), task_hash: str = "", progress: bool = True) -> pd.DataFrame:
     """``compute_dfs`` through the parquet cache under ``cache_root()/dfs``."""
     depth, primitives = check_config(depth, primitives)
+    if db.folder is None:  # a database made in memory (a certification cut): nothing to key a cache by cheaply
+        return compute_dfs(db, seed_table, seeds, depth, primitives, hidden, progress)
     key = stable_hash(DFS_VERSION, db.schema.to_dict(), data_fingerprint(db), task_hash, seed_table,
                       seeds_hash(seeds), depth, list(primitives), sorted(hidden))
     path = cache_root() / "dfs" / f"{seed_table}-d{depth}-{key}.parquet"

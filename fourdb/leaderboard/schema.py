@@ -18,7 +18,7 @@ from fourdb.utils import stable_hash
 SCHEMA_VERSIONS = (1,)
 TASK_TYPES = ("binary", "multiclass", "regression")
 # config keys that change nothing about the result, left out of the config hash
-CONFIG_IGNORED = ("seed", "trainer.progress")
+CONFIG_IGNORED = ("seed", "trainer.progress", "certify")
 
 
 class RecordError(FourdbError):

@@ -52,12 +52,15 @@ class NeuralModel(Model):
         from fourdb.train.trainer import Trainer
 
         self.trainer = Trainer(trainer_cfg, self.info.task_type, self.info.metric, self.seed)
-        self.source = self.make_source(data, trainer_cfg)
+        self.source, self.fitted_on = self.make_source(data, trainer_cfg), data
         self.module = self.trainer.fit(self.build(data), self.source)
         return self
 
     def predict(self, data, split: str):
-        return self.trainer.predict(self.module, self.source, split)
+        """Outputs for ``split`` of ``data``: the data it was fitted on, or other inputs built the same way
+        (certification rebuilds them from a database cut at a cutoff)."""
+        source = self.source if data is self.fitted_on else self.make_source(data, self.trainer.cfg)
+        return self.trainer.predict(self.module, source, split)
 
 
 def check_params(model: str, fn, params: dict, fixed: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> None:

@@ -201,6 +201,15 @@ class Database:
         times = [self.tables[t.name][t.time_column].max() for t in self.schema.tables if t.time_column]
         return max(times) if times else pd.Timestamp.max
 
+    @staticmethod
+    def time_label(t: Table) -> str:
+        """When a table's rows become known: its time column, the parents it inherits from, or static."""
+        if t.time_column is None:
+            return "static"
+        if t.inherited_from:
+            return "from " + ", ".join(f"{t.column(fk).link_table} (via {fk})" for fk in t.inherited_from)
+        return t.time_column
+
     def summary(self) -> pd.DataFrame:
         rows = []
         for t in self.schema.tables:
@@ -211,7 +220,7 @@ class Database:
                     "columns": len(t.columns),
                     "primary_key": t.primary_key,
                     "foreign_keys": ", ".join(f"{c.name}->{c.link_to}" for c in t.foreign_keys),
-                    "time_column": t.time_column,
+                    "time": self.time_label(t),
                 }
             )
         return pd.DataFrame(rows)
@@ -269,6 +278,7 @@ def inherit_times(schema: Schema, tables: dict[str, pd.DataFrame]) -> list[str]:
             tables[t.name][INHERITED_TIME] = derived.astype("datetime64[ns]").to_numpy()
             t.columns.append(Column(INHERITED_TIME, "datetime", derived=True))
             t.time_column = INHERITED_TIME
+            t.inherited_from = [fk.name for fk in sources]
             timed.add(name)
             how = "declared" if t.time_from is not None else "inferred; declare time_from or static: true to change it"
             parents = ", ".join(f"{fk.link_table} (via {fk.name})" for fk in sources)

@@ -23,7 +23,7 @@ A database folder holds one data file per table (parquet or CSV) and a ``schema.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -81,6 +81,7 @@ class Table:
     # (None: inferred at load from the foreign keys to timed tables; see Database.load)
     time_from: list[str] | None = None
     static: bool = False  # declared a true dimension table: rows always known, even if it references timed ones
+    inherited_from: list[str] = field(default_factory=list)  # resolved at load: foreign keys its time comes from
 
     def column(self, name: str) -> Column:
         for col in self.columns:

@@ -1,0 +1,81 @@
+"""The inputs of a run, prepared once for training, the parallel planner and certification alike:
+the seed subsample, then table features (tabular models) or the graph with its sampler (GNNs)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from fourdb.engine.config import EngineConfig
+from fourdb.engine.loader import GraphData
+from fourdb.engine.sampler import TemporalSampler
+from fourdb.features import TableData, build_table_features
+from fourdb.graph import build_graph
+from fourdb.graph.build import fk_relations
+from fourdb.tasks import Task
+from fourdb.utils import cache_root, stable_hash, to_epoch_ns
+
+log = logging.getLogger("fourdb")
+SPLITS = ("train", "val", "test")
+
+
+def subsample(task: Task, max_train: int | None, max_val: int | None, sample_seed: int = 0) -> dict[str, pd.DataFrame]:
+    """Per-split seed frames, training and validation capped where the config asks; says so in the log.
+
+    The subsample does not depend on the run's seed, so every seed and every model of a board trains
+    and stops on the same rows (and a DFS cache made for one serves all). The test split is never
+    capped: every result, including an external submission, is scored on all of it.
+    """
+    out = {}
+    for split in SPLITS:
+        frame = task.split(split)
+        cap = {"train": max_train, "val": max_val}.get(split)
+        if cap and len(frame) > cap:
+            log.info("subsampling %s seeds: %d of %d (config max_%s_seeds)", split, cap, len(frame), split)
+            frame = frame.sample(n=cap, random_state=sample_seed).sort_values(["cutoff", "node"]).reset_index(drop=True)
+        out[split] = frame
+    return out
+
+
+def graph_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> GraphData:
+    graph = build_graph(db, cfg.graph.kind, fit_until=task.fit_until)
+    seed_type = task.spec.entity_table
+    hidden = set(task.hidden_columns)
+    fks = {c.name for c in db.schema.table(seed_type).foreign_keys}
+    hidden_etypes = frozenset(et[1] for et in graph.canonical_etypes
+                              if et[2] == seed_type and any(et[1] == fk_relations(seed_type, c)[1] for c in hidden & fks))
+    sampler = TemporalSampler(graph, list(cfg.sampler.fanouts), cfg.sampler.strategy)
+    seed_features = graph.encoders[seed_type].transform(db.tables[seed_type], masked=hidden)
+    return GraphData(
+        graph=graph, sampler=sampler, seed_type=seed_type,
+        seeds={s: f["node"].to_numpy() for s, f in splits.items()},
+        cutoffs={s: to_epoch_ns(f["cutoff"]) for s, f in splits.items()},
+        labels={s: splits[s]["label"].to_numpy() for s in ("train", "val")},
+        seed_features=seed_features, hidden_etypes=hidden_etypes,
+        engine=graph_engine(cfg),
+    )
+
+
+def shared_folder(cfg: DictConfig, out_dir) -> Path:
+    """Where the ranks of a run share its graph inputs: the run folder (a restarted group reuses them)."""
+    if out_dir is not None:
+        return Path(out_dir) / ".shared_graph"
+    return cache_root() / "shared_graph" / inputs_key(cfg)
+
+
+def inputs_key(cfg: DictConfig) -> str:
+    """Hash of the settings that fix a run's graph inputs (not the engine, which only says how to feed them)."""
+    return stable_hash({k: OmegaConf.to_container(cfg, resolve=True).get(k) for k in
+                        ("dataset", "task", "graph", "sampler", "seed", "max_train_seeds", "max_val_seeds")})
+
+
+def graph_engine(cfg: DictConfig) -> EngineConfig:
+    return EngineConfig.from_dict(OmegaConf.to_container(cfg.engine, resolve=True) if cfg.get("engine") else None)
+
+
+def table_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> TableData:
+    params = {k: v for k, v in OmegaConf.to_container(cfg.features, resolve=True).items() if k != "name"}
+    return TableData(build_table_features(cfg.features.name, db, task, splits, **params),
+                     {s: splits[s]["label"].to_numpy() for s in ("train", "val")})
