@@ -80,8 +80,8 @@ def metric_direction(dataset, task: str) -> str:
 def _folder_dataset(argv: list[str]) -> list[str]:
     """``dataset=path/to/db`` (a database folder, not a config name) -> the ``folder`` dataset config.
 
-    A value that looks like a path but is no database folder is refused here in one line; Hydra would
-    only say that it has no config ``dataset/<value>``.
+    A value that is neither a dataset config nor a database folder is refused here in one line; Hydra
+    would only say that it has no config ``dataset/<value>``.
     """
     out = []
     for arg in argv:
@@ -94,12 +94,10 @@ def _folder_dataset(argv: list[str]) -> list[str]:
             path = str(Path(value).resolve()).replace("'", "\\'")
             label = Path(value).resolve().name.replace("'", "\\'")
             out += ["dataset=folder", f"dataset.name='{label}'", f"dataset.path='{path}'"]
-        elif Path(value).exists() or "/" in value or "." in value:
+        else:  # neither a dataset config nor a database folder: a typo (lahmann) or a wrong path
             from fourdb.datasets import dataset_error
 
             raise dataset_error(value)
-        else:  # a plain name: a config Hydra may find on its search path, or it reports the unknown one
-            out.append(arg)
     return out
 
 

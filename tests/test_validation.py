@@ -320,8 +320,10 @@ def test_dataset_values_reaching_hydra(tmp_path):
     folder = write_db(tmp_path)
     assert _folder_dataset([f"dataset={folder}", "model=gbdt"]) == [
         "dataset=folder", f"dataset.name='{folder.name}'", f"dataset.path='{folder.resolve()}'", "model=gbdt"]
-    same = ["dataset=synthetic", "dataset=synthetic,lahman", "dataset=nycflight13", "dataset.params.size=10"]
-    assert _folder_dataset(same) == same  # config names, sweeps and plain names are Hydra's to resolve
+    same = ["dataset=synthetic", "dataset=synthetic,lahman", "dataset.params.size=10"]
+    assert _folder_dataset(same) == same  # config names and sweeps are Hydra's to resolve
+    with pytest.raises(FourdbError, match=r"dataset 'nycflight13'.*did you mean 'nycflights13'"):
+        _folder_dataset(["dataset=nycflight13"])  # a mistyped name, not only a mistyped path
 
 
 def test_load_dataset_names_what_it_could_not_find(tmp_path):
