@@ -20,7 +20,7 @@ MAX_VAL = None  # the whole validation split, as evaluation runs it
 
 def main(labels):
     from fourdb.engine.layerwise import layerwise_inference
-    from fourdb.engine.loader import GraphSource
+    from fourdb.engine.source import GraphSource
     from fourdb.models import TaskInfo, create_model
 
     for label in labels:

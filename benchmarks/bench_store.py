@@ -33,7 +33,7 @@ def epoch_seconds(source, rng) -> float:
 def store_bench(label, data):
     import os
 
-    from fourdb.engine.loader import GraphSource
+    from fourdb.engine.source import GraphSource
 
     os.environ["FOURDB_CACHE"] = tempfile.mkdtemp(prefix="fourdb-bench-")
     online = GraphSource(data, BATCH, engine={"mode": "online"})
@@ -52,7 +52,7 @@ def store_bench(label, data):
 
 
 def pipeline_bench(label, data):
-    from fourdb.engine.loader import GraphSource
+    from fourdb.engine.source import GraphSource
     from fourdb.models import TaskInfo, create_model
 
     source = GraphSource(data, BATCH, engine={"mode": "online", "workers": 1, "prefetch": 4})

@@ -25,12 +25,12 @@ def _hydra_run(argv: list[str]) -> None:
         from fourdb.run import format_records, run_experiment
 
         from fourdb.engine.ddp import in_torchrun
-        from fourdb.engine.launch import LAUNCHED_ENV, exit_rank, launch, needs_launch, quiet_other_ranks
+        from fourdb.launch import LAUNCHED_ENV, exit_rank, launch, needs_launch, quiet_other_ranks
 
         out_dir = HydraConfig.get().runtime.output_dir
         quiet_other_ranks()
         try:  # trainer.nproc > 1: torchrun starts the ranks, rank 0 writes the record
-            record = launch(cfg, out_dir, list(HydraConfig.get().overrides.task)) if needs_launch(cfg) \
+            record = launch(cfg, out_dir, list(HydraConfig.get().overrides.task), run_experiment) if needs_launch(cfg) \
                 else run_experiment(cfg, out_dir)
         except FourdbError as e:
             print(f"error: {e}", file=sys.stderr)

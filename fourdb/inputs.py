@@ -9,7 +9,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from fourdb.engine.config import EngineConfig
-from fourdb.engine.loader import GraphData
+from fourdb.engine.data import GraphData
 from fourdb.engine.sampler import TemporalSampler
 from fourdb.features import TableData, build_table_features
 from fourdb.graph import build_graph

@@ -63,6 +63,9 @@ class Registry(Generic[T]):
         self._discover()
         return iter(sorted(self._entries.items()))
 
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
     def __contains__(self, name: str) -> bool:
         self._discover()
         return name in self._entries

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fourdb.datasets import load_dataset
 from fourdb.engine import ddp
-from fourdb.engine.parallel import PLAN_ENV
+from fourdb.launch import PLAN_ENV
 from fourdb.inputs import SPLITS, graph_engine, graph_inputs, inputs_key, shared_folder, subsample, table_inputs  # noqa: F401
 from fourdb.models import TaskInfo, create_model
 from fourdb.rdb.fingerprint import database_fingerprint
@@ -121,8 +121,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
         "fit_seconds": fit_seconds, "wall_seconds": time.perf_counter() - start,
         "peak_memory_mb": peak_mb,
         "nproc": ctx.world,
-        "history": getattr(getattr(model, "trainer", None), "history", []),
-        "engine": getattr(getattr(model, "source", None), "report", lambda: None)(),
+        **model.report(),  # history, engine
         "config": OmegaConf.to_container(cfg, resolve=True),
         **environment(),
     }

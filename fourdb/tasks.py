@@ -254,6 +254,7 @@ class Task:
     frame: pd.DataFrame
     num_classes: int = 2
     dropped: dict = field(default_factory=dict)  # split -> seeds dropped because their entity did not exist yet
+    hidden_columns: list[str] = field(default_factory=list)  # of the seed row, never shown to a model (row-column)
 
     def split(self, name: str) -> pd.DataFrame:
         return self.frame[self.frame["split"] == name].reset_index(drop=True)
@@ -262,11 +263,6 @@ class Task:
     def fit_until(self) -> pd.Timestamp:
         """Encoders and statistics are fitted on the rows known by then: the start of validation."""
         return pd.Timestamp(self.spec.timestamps["val"])
-
-    @property
-    def hidden_columns(self) -> list[str]:
-        """Columns of the seed row a model must not see (row-column tasks only)."""
-        return getattr(self, "_hidden", [])
 
 
 def _ts(value) -> pd.Timestamp:
@@ -330,10 +326,10 @@ def materialize(spec: TaskSpec, db: Database) -> Task:
     else:
         frame["label"] = frame["label"].astype("float64")
     frame = frame.sort_values(["split", "cutoff", "node"], kind="stable").reset_index(drop=True)
-    task = Task(spec, frame[["entity", "node", "cutoff", "label", "label_known_at", "split"]], num_classes,
-                dropped)
-    task._hidden = [] if spec.kind == "entity_window" else [
+    hidden = [] if spec.kind == "entity_window" else [
         c for c in table.column_names if c not in spec.known_columns and c != pk]
+    task = Task(spec, frame[["entity", "node", "cutoff", "label", "label_known_at", "split"]], num_classes,
+                dropped, hidden)
     check_time_splits(task)
     return task
 

@@ -13,8 +13,9 @@ from hydra import compose, initialize_config_dir
 
 from fourdb.cli import CONF_DIR
 from fourdb.engine.config import EngineConfig
-from fourdb.engine.layerwise import full_graph_forward, layerwise_inference
-from fourdb.engine.loader import GraphSource
+from fourdb.engine.layerwise import layerwise_inference
+from reference import full_graph_forward
+from fourdb.engine.source import GraphSource
 from fourdb.engine.pipeline import prefetch
 from fourdb.engine.store import BatchStore, StoreError, store_key, hot_budget_rows
 from fourdb.models import TaskInfo, create_model
@@ -80,7 +81,7 @@ def test_store_keeps_every_edge_id_of_an_all_edge_ids_sampler(data, tmp_path, mo
     epochs_of(default, epochs=1)
     offline = with_all_ids(GraphSource(data, 64, engine={"mode": "offline", "store_epochs": 1}))
     stored = epochs_of(offline, epochs=1)[0]
-    assert offline._store.folder != default._store.folder
+    assert offline.store.folder != default.store.folder
     assert len(online) == len(stored)
     for (inp_a, _), (inp_b, _) in zip(online, stored):
         for blk_a, blk_b in zip(inp_a[0], inp_b[0]):
@@ -104,7 +105,7 @@ def test_store_replays_online_batches(data, cache_mb, tmp_path, monkeypatch):
     # a second source (another model of a sweep) reuses the store rather than sampling again
     again = GraphSource(data, 64, engine={"mode": "offline", "store_epochs": 2, "cache_mb": cache_mb})
     assert_same_batches(online[1], epochs_of(again)[1], data.graph.edge_features)
-    assert again._store.folder == offline._store.folder
+    assert again.store.folder == offline.store.folder
 
 
 def _store(data, tmp_path, rng_seed=7):

@@ -129,8 +129,9 @@ def small_graph():
 def test_gnn_layerwise_inference_equals_full_graph_forward(model, small_graph):
     """Each GNN exposes encode / layer / readout, so exact layer-wise evaluation works for all of them,
     with r2ne edge features: it equals the full-graph forward and the node-wise full-fanout forward."""
-    from fourdb.engine.layerwise import full_graph_forward, layerwise_inference
-    from fourdb.engine.loader import GraphSource
+    from fourdb.engine.layerwise import layerwise_inference
+    from reference import full_graph_forward
+    from fourdb.engine.source import GraphSource
 
     torch.manual_seed(0)
     module = create_model(model, TaskInfo("binary", 2, "auroc")).build(small_graph).eval()

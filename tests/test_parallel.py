@@ -116,7 +116,7 @@ def test_single_process_resumes_from_its_folder(one_process, tmp_path, monkeypat
 
 def test_shared_graph_is_mapped_not_copied(tmp_path):
     from fourdb.datasets import load_dataset
-    from fourdb.engine.loader import GraphSource
+    from fourdb.engine.source import GraphSource
     from fourdb.run import graph_inputs, subsample
     from fourdb.tasks import load_task
 
@@ -138,7 +138,7 @@ def test_shared_graph_is_mapped_not_copied(tmp_path):
 
 
 def test_a_shard_samples_its_part_of_every_global_batch(tmp_path):
-    from fourdb.engine.loader import GraphSource
+    from fourdb.engine.source import GraphSource
 
     class Data:
         seeds = {"train": np.arange(10)}

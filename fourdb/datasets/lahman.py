@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fourdb.datasets import register_dataset
+from fourdb.datasets.base import register_dataset
 from fourdb.rdb import Column, Schema, Table, write_database
 
 RENAME = {"2B": "doubles", "3B": "triples"}  # column names that need quoting in every SQL query

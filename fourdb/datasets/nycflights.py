@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fourdb.datasets import register_dataset
+from fourdb.datasets.base import register_dataset
 from fourdb.rdb import Column, Schema, Table, write_database
 
 TAXI_MINUTES = 15  # taxi-in after wheels-down, so a flight's outcome is known a little after landing

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fourdb.datasets import register_dataset
+from fourdb.datasets.base import register_dataset
 from fourdb.rdb import Column, Schema, Table, write_database
 
 START = pd.Timestamp("2020-01-01")

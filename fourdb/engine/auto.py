@@ -30,6 +30,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fourdb.engine.pipeline import prefetch
+from fourdb.engine.store import hot_budget_rows, replay_seconds, store_key
+from fourdb.engine.timing import measure_steps, median_seconds, row_bytes
+from fourdb.utils import cache_root
+
 log = logging.getLogger("fourdb")
 CPU_OVERLAP = 0.5  # share of the shorter stage hidden behind the longer when both run on the same cores
 BUILD_COST = 3.0  # building a stored batch (sample, pack, write, checksum) over sampling it; measured here
@@ -66,33 +71,7 @@ def _free_memory_mb(device) -> float:
         return 4096.0
 
 
-def _model_seconds(module, device, inputs: list) -> float:
-    """Forward + backward per batch, leaving parameters, gradients and random state as they were."""
-    from fourdb.train.trainer import _to
-
-    was_training = module.training
-    module.train()
-    grads = [p.grad for p in module.parameters()]
-    times = []
-    with torch.random.fork_rng(devices=[torch.device(device)] if torch.device(device).type == "cuda" else []):
-        for x in inputs:
-            t = time.perf_counter()
-            out = module(*_to(x, device))
-            out.float().pow(2).mean().backward()
-            if torch.device(device).type == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t)
-    for p, g in zip(module.parameters(), grads):
-        p.grad = g
-    module.train(was_training)
-    return float(np.median(times[1:] if len(times) > 1 else times))
-
-
 def choose(source, rng: np.random.Generator) -> Plan:
-    from fourdb.engine.pipeline import prefetch
-    from fourdb.engine.store import hot_budget_rows, replay_seconds, store_key
-    from fourdb.utils import cache_root
-
     eng = source.engine
     plan = source.epoch_plan(copy.deepcopy(rng))[: max(2, eng.profile_batches)]
 
@@ -103,18 +82,17 @@ def choose(source, rng: np.random.Generator) -> Plan:
         return batch, inputs, time.perf_counter() - t
 
     made = list(prefetch([(lambda i=i, s=s: job(i, s)) for i, s in plan], workers=1, depth=1))
-    times = [m[2] for m in made]
-    sample_s = float(np.median(times[1:] or times))  # the first batch pays one-off warm-up
+    sample_s = median_seconds([m[2] for m in made])
     # timed as training runs them: replay on a producer thread, the model with the cores it leaves
     replay_s = next(prefetch([lambda: replay_seconds(source, [m[0] for m in made])], workers=1, depth=1))
-    device = source._device if source._device is not None else torch.device("cpu")
+    device = source.device if source.device is not None else torch.device("cpu")
     on_gpu = torch.device(device).type == "cuda"
     model_s = 0.0
-    if source._module is not None:
+    if source.module is not None:
         threads = torch.get_num_threads()
         torch.set_num_threads(max(1, min(threads, (os.cpu_count() or 1) - 1)))
         try:
-            model_s = _model_seconds(source._module, device, [m[1] for m in made])
+            model_s = measure_steps(source.module, device, [m[1] for m in made])
         finally:
             torch.set_num_threads(threads)
 
@@ -132,8 +110,7 @@ def choose(source, rng: np.random.Generator) -> Plan:
     feats = source.data.graph.features
     total_mb = sum(f.numeric.nbytes + f.categorical.nbytes for f in feats.values()) / 2 ** 20
     rows = np.mean([sum(len(v) for v in m[0].input_nodes.values()) for m in made])
-    widths = [f.numeric.shape[1] * 4 + f.categorical.shape[1] * 8 + 8 for f in feats.values()]
-    store_mb = eng.store_epochs * nb * rows * float(np.mean(widths)) / 2 ** 20
+    store_mb = eng.store_epochs * nb * rows * row_bytes(feats) / 2 ** 20
     if on_gpu:
         cache_mb = float(min(max(total_mb, 1.0), 0.25 * _free_memory_mb(device)))
     elif store_mb < 0.25 * _free_memory_mb("cpu"):

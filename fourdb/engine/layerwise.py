@@ -8,32 +8,26 @@ seed), this computes each layer once for all nodes it needs at t: layer l runs o
 L - l hops of that cutoff's seeds (the rest of "all nodes" cannot reach a seed), every row once.
 Its blocks carry edge ids and the edge features of featured edge types, as sampled blocks do.
 
-The module exposes its parts (``fourdb.models.gnn.HeteroGNN`` does): ``encode(feats) -> h``,
-``layer(i, block, h) -> h`` (one message passing step, exactly as its forward runs it),
-``readout(h, num_seeds)``, ``seed_type`` and ``convs`` (one per layer).
+The module is a ``fourdb.contracts.LayerwiseModule`` (``fourdb.models.gnn.HeteroGNN`` is): ``encode(feats)
+-> h``, ``layer(i, block, h) -> h`` (one message passing step, exactly as its forward runs it),
+``readout(h, num_seeds)``, ``seed_type`` and ``num_layers``.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from fourdb.engine.loader import GraphData, add_edge_features, node_inputs
-from fourdb.engine.sampler import make_block
+from fourdb.contracts import LayerwiseModule
+from fourdb.engine.data import GraphData, add_edge_features, node_inputs
+from fourdb.engine.blocks import make_block
 
 
-def layer_api(module):
-    """(encode, layer, readout, number of layers) of a GNN module, or a TypeError naming what is missing."""
-    encode = getattr(module, "encode", None) or getattr(module, "encoder", None)
-    readout = getattr(module, "readout", None)
-    if readout is None and hasattr(module, "head"):
-        def readout(h, n):
-            return module.head(h[module.seed_type][:n])
-    layer = getattr(module, "layer", None)
-    if encode is None or layer is None or readout is None or not hasattr(module, "seed_type"):
-        raise TypeError(f"{type(module).__name__} lacks a per-layer API: layer-wise inference needs "
-                        f"encode(feats) (or encoder), layer(i, block, h), readout(h, n) (or head) and seed_type")
-    layers = getattr(module, "num_layers", None) or len(module.convs)
-    return encode, layer, readout, layers
+def layer_api(module: LayerwiseModule) -> LayerwiseModule:
+    """``module``, or a TypeError naming the contract it does not meet."""
+    if not isinstance(module, LayerwiseModule):
+        raise TypeError(f"{type(module).__name__} is not a LayerwiseModule (fourdb/contracts.py): layer-wise "
+                        f"inference needs seed_type, num_layers, encode(feats), layer(i, block, h), readout(h, n)")
+    return module
 
 
 class _GraphArrays:
@@ -49,9 +43,9 @@ class _GraphArrays:
 
 
 def _arrays(data: GraphData) -> _GraphArrays:
-    if getattr(data, "_layerwise_arrays", None) is None:
-        data._layerwise_arrays = _GraphArrays(data)
-    return data._layerwise_arrays
+    if "layerwise_arrays" not in data.derived:
+        data.derived["layerwise_arrays"] = _GraphArrays(data)
+    return data.derived["layerwise_arrays"]
 
 
 def _features(data: GraphData, ntype: str, nodes: np.ndarray, cutoff: int, num_seeds: int, device):
@@ -73,7 +67,8 @@ def _masks(arr: _GraphArrays, seed_type: str, seeds: np.ndarray, cutoff: int) ->
 
 @torch.no_grad()
 def _one_cutoff(module, data: GraphData, arr: _GraphArrays, seeds: np.ndarray, cutoff: int, device) -> torch.Tensor:
-    encode, layer, readout, L = layer_api(module)
+    module = layer_api(module)
+    encode, layer, readout, L = module.encode, module.layer, module.readout, module.num_layers
     st = data.seed_type
     masks = _masks(arr, st, seeds, cutoff)
     # level: the highest layer whose output a row is needed for (-1: not needed)
@@ -134,36 +129,4 @@ def layerwise_inference(module, data: GraphData, split: str, device="cpu") -> to
         out[torch.from_numpy(at).to(y.device)] = y
     if out is None:
         return torch.zeros((0, 1))
-    return out
-
-
-@torch.no_grad()
-def full_graph_forward(module, data: GraphData, split: str, device="cpu") -> torch.Tensor:
-    """Reference: the module's own forward on the whole graph as of each cutoff (every row a source
-    and a destination of every layer), full neighbourhoods. Slow; for tests and benchmarks."""
-    module.eval()
-    arr = _arrays(data)
-    _, _, _, L = layer_api(module)
-    st = data.seed_type
-    seeds, cutoffs = np.asarray(data.seeds[split], np.int64), np.asarray(data.cutoffs[split], np.int64)
-    out = None
-    for t in np.unique(cutoffs):
-        at = np.nonzero(cutoffs == t)[0]
-        s = seeds[at]
-        masks = _masks(arr, st, s, int(t))
-        # seed rows first in the seed type, so the feature masking (first rows) and the head line up
-        order = {x: np.arange(n) for x, n in arr.num_nodes.items()}
-        rest = np.setdiff1d(np.arange(arr.num_nodes[st]), s)
-        order[st] = np.concatenate([s, rest])
-        pos = {x: np.argsort(o) for x, o in order.items()}
-        rel = {et: (torch.from_numpy(pos[et[0]][src[masks[et]]]), torch.from_numpy(pos[et[2]][dst[masks[et]]]))
-               for et, (src, dst, _) in arr.edges.items()}
-        n = {x: int(v) for x, v in arr.num_nodes.items()}
-        block = make_block(rel, n, n, device, {et: torch.from_numpy(np.nonzero(m)[0]) for et, m in masks.items()})
-        add_edge_features(data, [block], {x: np.full(v, t, np.int64) for x, v in n.items()})
-        feats = {x: _features(data, x, order[x], int(t), len(s) if x == st else 0, device) for x in arr.ntypes}
-        y = module([block] * L, feats)[: len(s)]
-        if out is None:
-            out = torch.empty((len(seeds), *y.shape[1:]), dtype=y.dtype, device=y.device)
-        out[torch.from_numpy(at).to(y.device)] = y
     return out

@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -44,7 +43,6 @@ MAX_CPU_RANKS = 8
 # all-reduce: (latency s, bandwidth bytes/s); gloo over loopback TCP, nccl within one machine
 COMM = {"gloo": (3e-4, 1.0e9), "nccl": (5e-5, 5.0e10)}
 DDP_STEP_S = {"gloo": 3e-3, "nccl": 1e-3}
-PLAN_ENV = "FOURDB_PARALLEL_PLAN"
 
 
 @dataclass
@@ -84,7 +82,7 @@ def machine() -> tuple[int, int]:
     return cores, torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def _fit_line(small: float, big: float, b_small: int, b_big: int) -> tuple[float, float]:
+def fit_line(small: float, big: float, b_small: int, b_big: int) -> tuple[float, float]:
     if b_big == b_small:
         return big, 0.0
     per = max(0.0, (big - small) / (b_big - b_small))
@@ -144,124 +142,3 @@ def choose_nproc(prof: Profile, cores: int, gpus: int, max_ranks: int | None = N
     reason = (f"{where}; predicted epoch " + ", ".join(f"{p} rank(s) {preds[p][0]:.2f} s" for p in preds)
               + f" -> {best} rank(s), {workers} sampler thread(s) each")
     return ParallelPlan(best, workers, threads, cores, gpus, {p: round(v[0], 3) for p, v in preds.items()}, reason)
-
-
-# ------------------------------------------------------------------------------------------- profile
-def _median(ts: list[float]) -> float:
-    return float(np.median(ts[1:] if len(ts) > 1 else ts))
-
-
-def profile(model, data, trainer_cfg, batches: int = 4, seed: int = 0) -> Profile:
-    """Time ``batches`` training steps of size B and B/2 on this process, on a model of its own.
-
-    ``model`` (and ``model_1t``) is the whole step after the batch is made: forward, loss, backward and
-    the optimizer's step, each timed on batches fresh from the sampler (DGL builds a block's sparse
-    formats on first use, as in training).
-    """
-    device = trainer_cfg.torch_device()
-    module = model.build(data).to(device)
-    opt = torch.optim.AdamW(module.parameters(), lr=trainer_cfg.lr)
-    B = trainer_cfg.batch_size
-    half = max(1, B // 2)
-    samples, models, models_1t = {}, {}, {}
-    for b in (B, half):
-        source = model.make_source(data, type(trainer_cfg)(**{**trainer_cfg.__dict__, "batch_size": b}))
-
-        def make(k):
-            rng = np.random.default_rng(seed + k)
-            made, times = [], []
-            if hasattr(source, "epoch_plan"):  # a graph source: time sampling + gathering alone
-                for idx, s in source.epoch_plan(rng)[: batches + 1]:
-                    t = time.perf_counter()
-                    made.append(source.train_batch(idx, s)[0])
-                    times.append(time.perf_counter() - t)
-            else:
-                for i, (inputs, _) in enumerate(source.train_batches(rng)):
-                    if i > batches:
-                        break
-                    made.append(inputs)
-            return made, (_median(times) if times else 0.0)
-
-        made, samples[b] = make(0)
-        models[b] = _time_steps(module, opt, device, made)
-        if device.type == "cpu":
-            made, _ = make(1)
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
-                models_1t[b] = _time_steps(module, opt, device, made)
-            finally:
-                torch.set_num_threads(threads)
-        else:
-            models_1t[b] = models[b]
-    full = model.make_source(data, trainer_cfg)
-    nb = full.num_train_batches()
-    if trainer_cfg.max_steps_per_epoch:
-        nb = min(nb, trainer_cfg.max_steps_per_epoch)
-    grad_bytes = int(sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad))
-    return Profile(B, _fit_line(samples[half], samples[B], half, B), _fit_line(models[half], models[B], half, B),
-                   _fit_line(models_1t[half], models_1t[B], half, B), grad_bytes, nb)
-
-
-def _time_steps(module, opt, device, inputs: list) -> float:
-    from fourdb.train.trainer import _to
-
-    module.train()
-    times = []
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        for x in inputs:
-            t = time.perf_counter()
-            opt.zero_grad()
-            out = module(*_to(x, device))
-            out.float().pow(2).mean().backward()
-            opt.step()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t)
-    return _median(times)
-
-
-def recommend(cfg, out_dir) -> ParallelPlan:
-    """Profile this run's model on its data and pick the number of ranks (the graph inputs are built
-    into the run's shared folder on the way, so the ranks map them instead of building them)."""
-    from omegaconf import OmegaConf
-
-    from fourdb.datasets import load_dataset
-    from fourdb.engine import ddp
-    from fourdb.models import TaskInfo, create_model
-    from fourdb.inputs import graph_inputs, inputs_key, shared_folder, subsample, table_inputs
-    from fourdb.tasks import load_task
-    from fourdb.train.trainer import TrainerConfig
-
-    source = cfg.dataset.get("path") or cfg.dataset.name
-    db = load_dataset(source, **(cfg.dataset.get("params") or {}))
-    task = load_task(db, source, cfg.task)
-    splits = subsample(task, cfg.get("max_train_seeds"), cfg.get("max_val_seeds"))
-    info = TaskInfo(task.spec.task_type, task.num_classes, task.spec.metric)
-    model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
-    if model.input_kind == "graph":
-        data, _ = ddp.shared_inputs(lambda: graph_inputs(cfg, db, task, splits), shared_folder(cfg, out_dir), ddp.Context(),
-                                    inputs_key(cfg))
-    else:
-        data = table_inputs(cfg, db, task, splits)
-    tc = OmegaConf.to_container(cfg.trainer, resolve=True)
-    tc["nproc"] = 1
-    prof = profile(model, data, TrainerConfig(**tc), seed=cfg.seed)
-    cores, gpus = machine()
-    plan = choose_nproc(prof, cores, gpus, _memory_bound())
-    log.info("parallel auto: per batch of %d: sample %.1f ms, model %.1f ms (%.1f ms on one thread), "
-             "gradients %.1f MB; %s", prof.batch_size, 1e3 * Profile.line(prof.sample_s, prof.batch_size),
-             1e3 * Profile.line(prof.model_s, prof.batch_size), 1e3 * Profile.line(prof.model_1t_s, prof.batch_size),
-             prof.grad_bytes / 2 ** 20, plan.reason)
-    return plan
-
-
-def _memory_bound() -> int | None:
-    """Ranks that fit in memory, each taking what this process holds now (the graph is shared)."""
-    try:
-        import psutil
-
-        rss = psutil.Process().memory_info().rss
-        return max(1, int(0.8 * psutil.virtual_memory().available // max(rss, 1)))
-    except ImportError:  # pragma: no cover
-        return None

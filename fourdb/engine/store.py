@@ -37,9 +37,10 @@ import numpy as np
 import torch
 from filelock import FileLock
 
-from fourdb.engine.loader import add_edge_features, input_rows, relative_time, row_features
+from fourdb.engine.blocks import make_block
+from fourdb.engine.data import add_edge_features, input_rows, relative_time, row_features
 from fourdb.engine.pipeline import prefetch
-from fourdb.engine.sampler import make_block
+from fourdb.engine.timing import row_bytes
 from fourdb.utils import atomic_write_text, cache_root, progress, stable_hash
 
 STORE_VERSION = 3  # 2: edge ids in the edge lists, input cutoffs; 3: ns times, relative time per type
@@ -60,34 +61,6 @@ def _sha256(path: Path) -> str:
 
 def rng_state_hash(rng: np.random.Generator) -> str:
     return stable_hash(rng.bit_generator.state)
-
-
-def fingerprint(data) -> str:
-    """Content hash of everything a training batch is made of (cached on ``data``)."""
-    cached = getattr(data, "_fingerprint", None)
-    if cached:
-        return cached
-    h = hashlib.blake2b(digest_size=16)
-
-    def add(*arrays):
-        for a in arrays:
-            a = np.ascontiguousarray(a)
-            h.update(str((a.dtype.str, a.shape)).encode())
-            h.update(a.view(np.uint8).reshape(-1).data)
-
-    g = data.graph
-    for t in sorted(g.ntypes):
-        f = g.features[t]
-        h.update(t.encode())
-        add(g.node_time(t), f.numeric, f.categorical)
-    for et in sorted(g.canonical_etypes):
-        h.update(repr(et).encode())
-        add(*g.edges(et))
-    h.update(repr((data.seed_type, sorted(map(str, data.hidden_etypes)))).encode())
-    add(data.seed_features.numeric, data.seed_features.categorical,
-        data.seeds["train"], data.cutoffs["train"], data.labels["train"])
-    data._fingerprint = h.hexdigest()
-    return data._fingerprint
 
 
 class _Layout:
@@ -150,16 +123,14 @@ class _Layout:
 
 
 def store_key(source, rng, epochs: int, hot_rows: int) -> str:
-    shard = [(source.rank, source.world)] if getattr(source, "world", 1) > 1 else []  # a data-parallel rank's own
-    return stable_hash(fingerprint(source.data), source.sampler.config(), source.batch_size, epochs, hot_rows,
+    shard = [(source.rank, source.world)] if source.world > 1 else []  # a data-parallel rank's own
+    return stable_hash(source.data.fingerprint(), source.sampler.config(), source.batch_size, epochs, hot_rows,
                        rng_state_hash(rng), STORE_VERSION, *shard, length=24)
 
 
 def hot_budget_rows(source, cache_mb: float) -> int:
     """How many feature rows the hot tier holds: the budget over the mean row size."""
-    feats = source.data.graph.features
-    widths = [f.numeric.shape[1] * 4 + f.categorical.shape[1] * 8 + 8 for f in feats.values()]
-    return int(cache_mb * 2 ** 20 // max(1.0, float(np.mean(widths))))
+    return int(cache_mb * 2 ** 20 // max(1.0, row_bytes(source.data.graph.features)))
 
 
 class BatchStore:
@@ -181,7 +152,7 @@ class BatchStore:
         root = Path(root or cache_root() / "store")
         folder = root / key
         root.mkdir(parents=True, exist_ok=True)
-        tier = source._device if source._device is not None and torch.device(source._device).type == "cuda" else "cpu"
+        tier = source.device if source.device is not None and torch.device(source.device).type == "cuda" else "cpu"
         with FileLock(str(folder) + ".lock"):
             try:
                 store = cls.open(folder, key, tier)

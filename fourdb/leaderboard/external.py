@@ -24,7 +24,7 @@ PROB_TOLERANCE = 1e-3  # multiclass rows must sum to 1 within this
 def resolved_params(dataset: str, params: dict | None) -> dict:
     from fourdb.datasets import DATASETS
 
-    defaults = DATASETS[dataset].defaults if dataset in DATASETS else {}
+    defaults = DATASETS.get(dataset).defaults if dataset in DATASETS else {}
     return {**defaults, **(params or {})}
 
 

@@ -159,8 +159,7 @@ def protocol_label(record: dict) -> str:
 
     config = record.get("config") or {}
     params = (config.get("dataset") or {}).get("params") or {}
-    entry = DATASETS.get(record["dataset"])
-    defaults = entry.defaults if entry else {}
+    defaults = DATASETS.get(record["dataset"]).defaults if record["dataset"] in DATASETS else {}
     parts = [f"{k}={v}" for k, v in sorted(params.items()) if k not in defaults or defaults[k] != v]
     return ", ".join(parts)
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from fourdb.errors import FourdbError
-from fourdb.models import register_model
+from fourdb.models.base import register_model
 from fourdb.models.tabular import FeatureTokenizer, TabularModel
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
-from fourdb.models import Model, register_model
+from fourdb.models.base import Model, register_model
 
 
 @register_model("gbdt")

@@ -23,10 +23,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fourdb.engine.loader import GraphSource, input_width
-from fourdb.engine.sampler import make_block
+from fourdb.engine.data import input_width
+from fourdb.engine.source import GraphSource
+from fourdb.engine.blocks import make_block
 from fourdb.errors import FourdbError
-from fourdb.models import NeuralModel, check_params
+from fourdb.models.base import NeuralModel, check_params
 from fourdb.models.encoders import TypeEncoder, key
 
 
@@ -38,6 +39,7 @@ class HeteroGNN(nn.Module):
         ``edge_dims`` the same per featured edge type name."""
         super().__init__()
         self.seed_type = seed_type
+        self.num_layers = layers
         self.encoder = TypeEncoder(dims, hidden)
         self.edge_encoders = nn.ModuleList(TypeEncoder(edge_dims, hidden) for _ in range(layers)) if edge_dims else None
         self.convs = nn.ModuleList(conv() for _ in range(layers))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fourdb.models import register_model
+from fourdb.models.base import register_model
 from fourdb.models.tabular import TabularModel, feed_forward
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dgl.nn as dglnn
 from torch import nn
 
-from fourdb.models import register_model
+from fourdb.models.base import register_model
 from fourdb.models.encoders import key
 from fourdb.models.gnn import GNN
 

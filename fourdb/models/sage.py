@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dgl.nn as dglnn
 
-from fourdb.models import register_model
+from fourdb.models.base import register_model
 from fourdb.models.gnn import GNN
 
 

@@ -16,11 +16,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from fourdb.contracts import DataSource
 from fourdb.features import TableData
-from fourdb.models import NeuralModel, check_params
+from fourdb.models.base import NeuralModel, check_params
 
 
-class TableSource:
+class TableSource(DataSource):
     def __init__(self, data: TableData, batch_size: int):
         self.batch_size, self._labels = batch_size, data.labels
         train = np.nan_to_num(data.features["train"].numeric.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)

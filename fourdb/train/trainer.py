@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from fourdb.engine import ddp
+from fourdb.engine.timing import to_device
 from fourdb.train import checkpoint
 from fourdb.train.metrics import HIGHER_IS_BETTER, compute
 from fourdb.utils import progress as progress_bar
@@ -47,6 +48,10 @@ class TrainerConfig:
     max_restarts: int = 0  # torchrun --max-restarts: restarts of the whole group after a rank fails
     checkpoint_dir: str | None = None  # set by the runner: the run's output folder
     checkpoint_key: str | None = None  # set by the runner: a hash of the run's config
+
+    def trainer(self, info, seed: int = 0) -> "Trainer":
+        """The trainer that fits a model of task ``info`` (``fourdb.models.TaskInfo``) with this config."""
+        return Trainer(self, info.task_type, info.metric, seed)
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":
@@ -85,11 +90,10 @@ class Trainer:
             y = source.labels("train").astype(float)
             self.y_mean, self.y_std = float(y.mean()), float(y.std() or 1.0)
         module.to(self.device)
-        sharded = ctx.distributed and hasattr(source, "shard")
+        sharded = ctx.distributed and source.shardable
         if sharded:  # the source samples only this rank's share of every batch
             source.shard(ctx.rank, ctx.world)
-        if hasattr(source, "prepare"):  # lets a data source profile the model before the first epoch
-            source.prepare(module, self.device, epochs=self.cfg.epochs)
+        source.prepare(module, self.device, epochs=self.cfg.epochs)  # e.g. engine=auto profiles the model
         net = ddp.wrap(module, self.device) if ctx.distributed else module
         opt = torch.optim.AdamW(module.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
         higher = HIGHER_IS_BETTER[self.metric]
@@ -144,7 +148,7 @@ class Trainer:
                         continue
                     inputs, y = ddp.shard_batch(inputs, y, ctx.rank, ctx.world)
                 opt.zero_grad()
-                loss = self._loss(net(*_to(inputs, self.device)), y.to(self.device))
+                loss = self._loss(net(*to_device(inputs, self.device)), y.to(self.device))
                 if ctx.distributed:  # DDP averages over ranks: weight by this shard's share of the global batch
                     (loss * (len(y) * ctx.world / ddp.all_sum(len(y), self.device))).backward()
                 else:
@@ -181,19 +185,19 @@ class Trainer:
     def predict(self, module: torch.nn.Module, source, split: str) -> np.ndarray:
         module.eval()
         module.to(self.device)
-        out = source.infer(module, split, self.device) if hasattr(source, "infer") else None
+        out = source.infer(module, split, self.device)
         ctx = ddp.context()
         if out is not None:  # the source computed all outputs at once (layer-wise inference)
             scores = self._scores(out)
         elif not ctx.distributed:
             batches = progress_bar(source.batches(split), self.cfg.progress, desc=f"predicting {split}", leave=False)
-            scores = np.concatenate([self._scores(module(*_to(inputs, self.device))) for inputs in batches])
+            scores = np.concatenate([self._scores(module(*to_device(inputs, self.device))) for inputs in batches])
         else:  # rank r predicts batches r, r + world, ...; every rank gets all of them back, in order
-            if getattr(source, "world", 1) == ctx.world:
+            if source.shardable:
                 own = source.batches(split)  # a sharded source yields only this rank's batches
             else:
                 own = (b for k, b in enumerate(source.batches(split)) if k % ctx.world == ctx.rank)
-            parts = ddp.all_gather([self._scores(module(*_to(inputs, self.device))) for inputs in own])
+            parts = ddp.all_gather([self._scores(module(*to_device(inputs, self.device))) for inputs in own])
             count = sum(len(p) for p in parts)
             scores = np.concatenate([parts[k % ctx.world][k // ctx.world] for k in range(count)])
         module.train()
@@ -211,15 +215,3 @@ def _set_rng_state(state: dict, device) -> None:
     torch.set_rng_state(state["cpu"])
     if "cuda" in state and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda"], device)
-
-
-def _to(inputs, device):
-    """Move a batch (tuple of tensors, dicts of tensors, DGL blocks) to the device."""
-    def move(x):
-        if isinstance(x, dict):
-            return {k: move(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return type(x)(move(v) for v in x)
-        return x.to(device) if hasattr(x, "to") else x
-
-    return move(inputs)

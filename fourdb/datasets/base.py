@@ -1,0 +1,89 @@
+"""Built-in databases, one registry.
+
+Each entry builds a database folder (parquet + schema.yaml) into the cache once; ``load_dataset``
+then loads it through the same validated path as a user's own folder. A dataset is one module of this
+package that registers its builder (``@register_dataset(...)``); the registry finds it itself.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from filelock import FileLock
+
+from fourdb.errors import FourdbError
+from fourdb.rdb import Database
+from fourdb.rdb.schema import did_you_mean
+from fourdb.registry import Registry
+from fourdb.utils import cache_root, stable_hash
+
+
+@dataclass
+class DatasetEntry:
+    name: str
+    build: Callable[..., None]  # build(out_dir: Path, **params) writes parquet files + schema.yaml
+    description: str
+    defaults: dict
+
+
+# Bump when a builder's output changes, so stale cached folders are rebuilt.
+BUILD_VERSION = 1
+DATASETS: Registry[DatasetEntry] = Registry("dataset", package="fourdb.datasets")
+
+
+def register_dataset(name: str, description: str, **defaults):
+    def wrap(fn):
+        DATASETS.register(name, DatasetEntry(name, fn, description, defaults))
+        return fn
+
+    return wrap
+
+
+def dataset_folder(name: str, **params) -> Path:
+    """Folder of a built-in dataset, building it on first use (atomically, under a lock)."""
+    if name not in DATASETS:
+        raise dataset_error(name)
+    entry = DATASETS.get(name)
+    params = {**entry.defaults, **{k: v for k, v in params.items() if v is not None}}
+    unknown = set(params) - set(entry.defaults)
+    if unknown:
+        raise FourdbError(f"dataset '{name}' has no parameter(s) {sorted(unknown)}; it takes {sorted(entry.defaults)}")
+    root = cache_root() / "datasets"
+    out = root / f"{name}-{stable_hash(name, params, BUILD_VERSION)}"
+    if (out / "schema.yaml").exists():
+        return out
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out) + ".lock"):
+        if not (out / "schema.yaml").exists():
+            tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}-"))
+            try:
+                entry.build(tmp, **params)
+                tmp.rename(out)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def dataset_error(name: str) -> FourdbError:
+    """Why ``name`` is neither a built-in dataset nor a database folder, in one line."""
+    path = Path(name)
+    if path.is_dir():
+        return FourdbError(f"dataset '{name}': no schema.yaml in that folder, so it is not a database folder "
+                           f"(fourdb import converts a SQLite or DuckDB file, a 4DBInfer or a RelBench folder)")
+    if path.exists():
+        return FourdbError(f"dataset '{name}': a file, not a database folder "
+                           f"(fourdb import {name} --out DIR converts a SQLite or DuckDB file)")
+    return FourdbError(f"dataset '{name}': no such database folder, and not a built-in dataset"
+                       f"{did_you_mean(name, DATASETS)} (built-in: {', '.join(sorted(DATASETS))})")
+
+
+def load_dataset(name_or_path: str, **params) -> Database:
+    """A built-in dataset by name, or a database folder by path."""
+    path = Path(str(name_or_path))
+    if name_or_path not in DATASETS and path.exists():
+        return Database.load(path)
+    return Database.load(dataset_folder(str(name_or_path), **params))
+

@@ -1,0 +1,114 @@
+"""Import a database from another format into a fourdb database folder (parquet files + schema.yaml).
+
+``import_database(path, out)`` recognises:
+
+* a SQLite or DuckDB file: every table is exported; primary and foreign keys declared in the catalog
+  are kept, and where none are declared they are inferred (see ``infer_keys``) and marked
+  ``inferred: true`` in schema.yaml; column dtypes are inferred from the SQL types and the values;
+  a table with exactly one datetime column gets it as its time column (a guess, reported). SQLite stores
+  any value in any column, so a value that does not fit its declared type (text in a REAL column, an
+  unparseable date in a DATETIME one) and a declared primary key with nulls or duplicates are errors;
+  ``lenient=True`` makes such values NULL and drops such rows instead, and counts them in the report.
+* a folder in 4DBInfer's format (``metadata.yaml`` with ``dataset_name``, ``tables`` and ``tasks``):
+  its declared columns, keys and time columns are converted, and its tasks that predict one value per
+  row at a time become row-column task files in ``DIR/tasks/``.
+* a folder in RelBench's layout (``db/<table>.parquet``, keys and time column in each file's parquet
+  metadata), with its node tasks (``tasks/<task>/{train,val,test}.parquet``) converted the same way.
+
+A converted task's rows become a table of the database (``task_<name>``: one row per sample with its
+entity key, its time, its label and ``label_known_at``). fourdb splits by time, so validation starts at
+the earliest validation sample and test at the earliest test sample; a sample's label becomes known
+just before the next split starts (as 4DBInfer's temporal constraint and RelBench's timestamps
+allow), so a training label is never visible to another training seed but is to validation seeds.
+
+A table left without a time column that references timed tables (the lines of dated invoices) gets
+``time_from``: its rows take the latest time of the parent rows they point to, so they cannot leak.
+
+Each format is a module of this package that registers a ``Format`` in ``IMPORTERS``. A folder is offered to
+the folder formats and a file to the file formats, in their declared order (folders: 4dbinfer, then relbench;
+files: sqlite, then duckdb), and the first that recognises it reads it.
+
+Everything is written to a temporary folder beside ``out``, loaded back through ``Database.load``
+(so the result passes ``fourdb validate``), and only then renamed to ``out``.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from fourdb.errors import DatabaseImportError, FourdbError
+from fourdb.rdb.database import Database, write_database
+from fourdb.rdb.importers.assemble import assemble
+from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
+from fourdb.rdb.importers.dtypes import infer_dtype
+from fourdb.rdb.importers.keys import infer_foreign_keys, infer_primary_key
+from fourdb.utils import atomic_write_text
+
+__all__ = ["IMPORTERS", "Format", "ImportReport", "SourceTable", "assemble", "import_database", "infer_dtype",
+           "infer_foreign_keys", "infer_primary_key"]
+
+
+def import_database(path: str | Path, out: str | Path, name: str | None = None,
+                    lenient: bool = False) -> ImportReport:
+    """Convert the database at ``path`` into a fourdb database folder ``out`` (which must not exist or be empty).
+
+    ``lenient``: values that do not fit their declared type become NULL and rows with a null or repeated
+    declared primary key are dropped (the first of each key kept), counted in the report's warnings,
+    where otherwise they are errors.
+    """
+    path, out = Path(path), Path(out)
+    if not path.exists():
+        raise DatabaseImportError(f"{path}: no such file or folder")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise DatabaseImportError(f"{out}: already exists and is not an empty folder; choose another --out")
+    offered = sorted(((kind, f) for kind, f in IMPORTERS.items() if f.folder == path.is_dir()),
+                     key=lambda entry: (entry[1].order, entry[0]))
+    kind, fmt = next(((kind, f) for kind, f in offered if f.detect(path)), (None, None))
+    if fmt is None:
+        raise DatabaseImportError(_unrecognised(path, [f for _, f in offered]))
+    report = ImportReport(str(path), kind)
+    sources, tasks, dname = fmt.read(path, report)
+    if not sources:
+        raise DatabaseImportError(f"{path}: the database has no tables")
+    schema, frames = assemble(name or dname, sources, fmt.infer_keys, report, lenient)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-import-"))
+    try:
+        write_database(tmp, schema, frames)
+        db = Database.load(tmp)  # the written folder must be valid, or nothing is kept
+        for tname, spec in tasks.items():
+            report.tasks[tname] = _check_task(tmp, db, tname, spec, report)
+        if out.exists():
+            out.rmdir()
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    report.out, report.schema = out, schema
+    report.rows = {t: len(df) for t, df in frames.items()}
+    return report
+
+
+def _unrecognised(path: Path, tried: list[Format]) -> str:
+    """The error naming every format a path was offered to, in the order they were asked."""
+    if path.is_dir():
+        formats = " nor ".join(f"a {f.label} {'one' if i else 'folder'} ({f.lacks})" for i, f in enumerate(tried))
+        return f"{path}: not {formats}; a folder of parquet/CSV files needs a schema.yaml instead"
+    return f"{path}: not a {' or '.join(f.label for f in tried)} database file"
+
+
+def _check_task(folder: Path, db: Database, name: str, spec: dict, report: ImportReport) -> dict[str, int]:
+    """Write a converted task file and materialize it once; a task that does not materialize is dropped."""
+    from fourdb.tasks import TaskSpec, materialize
+
+    text = yaml.safe_dump(spec, sort_keys=False)
+    try:
+        task = materialize(TaskSpec.from_dict(yaml.safe_load(text), f"tasks/{name}.yaml"), db)
+    except FourdbError as e:
+        report.notes.append(f"task '{name}' not converted: {e}")
+        return {}
+    atomic_write_text(folder / "tasks" / f"{name}.yaml", text)
+    return {s: int((task.frame["split"] == s).sum()) for s in ("train", "val", "test")}

@@ -1,0 +1,171 @@
+"""Turn the tables read from any source into a fourdb schema and frames: settle keys (declared, else
+inferred), dtypes and time columns, and give a timeless table that references timed ones ``time_from``."""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from fourdb.errors import DatabaseImportError
+from fourdb.rdb.importers.base import ImportReport, SourceTable
+from fourdb.rdb.importers.declared import _check_declared_types, _check_primary_key
+from fourdb.rdb.importers.dtypes import _convert, _parse_datetimes, infer_dtype
+from fourdb.rdb.importers.keys import _is_unique_key, _missing, infer_foreign_keys, infer_primary_key
+from fourdb.rdb.schema import Column, Schema, Table
+
+
+def assemble(name: str, sources: list[SourceTable], infer_keys: bool, report: ImportReport,
+             lenient: bool = False) -> tuple[Schema, dict[str, pd.DataFrame]]:
+    """Settle keys (declared, else inferred when ``infer_keys``), dtypes and time columns of the source tables.
+
+    Values that break their declared type or primary key raise, or with ``lenient`` become NULL or drop
+    their rows (reported as warnings).
+    """
+    tables = {t.name: t for t in sources}
+    for t in sources:
+        t.frame.columns = [str(c) for c in t.frame.columns]
+        if len(t.frame) == 0:
+            report.notes.append(f"table '{t.name}' has no rows; skipped")
+    empty = [n for n, t in tables.items() if len(t.frame) == 0]
+    for t in sources:  # declared keys must point somewhere real
+        for col, (ref_t, ref_c) in t.foreign_keys.items():
+            where = f"table '{t.name}', column '{col}'"
+            if col not in t.frame.columns:
+                raise DatabaseImportError(f"{where}: declared foreign key on a column the table does not have")
+            if ref_t not in tables:
+                raise DatabaseImportError(f"{where}: declared foreign key points to missing table '{ref_t}'")
+            if ref_c is not None and ref_c not in tables[ref_t].frame.columns:
+                raise DatabaseImportError(
+                    f"{where}: declared foreign key points to missing column '{ref_c}' of table '{ref_t}'")
+    for n in empty:
+        del tables[n]
+        for t in tables.values():
+            t.foreign_keys = {c: r for c, r in t.foreign_keys.items() if r[0] != n}
+    if not tables:
+        raise DatabaseImportError(f"database '{name}': every table is empty")
+
+    inferred_pk: set[str] = set()
+    for t in tables.values():
+        _check_declared_types(t, lenient, report)
+        if t.primary_key is not None:
+            _check_primary_key(t, lenient, report)
+        if t.primary_key is None and infer_keys:
+            t.primary_key = infer_primary_key(t.name, t.frame)
+            if t.primary_key is not None:
+                inferred_pk.add(t.name)
+    for t in tables.values():  # resolve FKs to the parent's key, promoting a unique column where needed
+        for col, (ref_t, ref_c) in list(t.foreign_keys.items()):
+            parent = tables[ref_t]
+            ref_c = ref_c or parent.primary_key
+            if ref_c is None:
+                report.notes.append(f"table '{t.name}', column '{col}': foreign key to '{ref_t}', which has no "
+                                    f"primary key; left a plain column")
+                del t.foreign_keys[col]
+            elif ref_c != parent.primary_key:
+                if parent.primary_key is None and _is_unique_key(parent.frame[ref_c]):
+                    parent.primary_key = ref_c
+                    report.notes.append(f"table '{ref_t}': column '{ref_c}' is referenced by {t.name}.{col} and "
+                                        f"unique, so it is the primary key")
+                    t.foreign_keys[col] = (ref_t, ref_c)
+                else:
+                    report.notes.append(f"table '{t.name}', column '{col}': foreign key to {ref_t}.{ref_c}, which "
+                                        f"is not that table's primary key; left a plain column")
+                    del t.foreign_keys[col]
+            else:
+                t.foreign_keys[col] = (ref_t, ref_c)
+    if infer_keys:
+        infer_foreign_keys(tables, report)
+
+    schema_tables, frames, dangling = [], {}, []
+    used_sources: set[str] = set()
+    for t in tables.values():
+        cols, data = [], {}
+        for col in t.frame.columns:
+            values = t.frame[col]
+            if col == t.primary_key:
+                cols.append(Column(col, "primary_key", inferred=t.name in inferred_pk))
+                data[col] = values
+            elif col in t.foreign_keys:
+                ref_t, ref_c = t.foreign_keys[col]
+                cols.append(Column(col, "foreign_key", f"{ref_t}.{ref_c}", inferred=col in t.inferred_fks))
+                data[col] = values
+                n = _missing(values, tables[ref_t].frame[ref_c])
+                if n:
+                    dangling.append(f"{t.name}.{col} ({n} values not in {ref_t}.{ref_c})")
+            else:
+                dtype = t.dtypes.get(col) or infer_dtype(values, t.sql_types.get(col, ""))
+                if dtype == "datetime" and _parse_datetimes(values, numbers_as_ns=True) is None:
+                    dtype = infer_dtype(values.astype(object))
+                    report.notes.append(f"table '{t.name}', column '{col}': not all values are timestamps; "
+                                        f"kept as {dtype}")
+                if dtype is None:
+                    report.notes.append(f"table '{t.name}', column '{col}': values are lists, arrays or bytes; "
+                                        f"dropped")
+                    continue
+                cols.append(Column(col, dtype))
+                data[col] = _convert(values, dtype)
+        if not cols:
+            report.notes.append(f"table '{t.name}': no usable columns; skipped")
+            continue
+        time_col = t.time_column
+        if time_col is not None and not any(c.name == time_col and c.dtype == "datetime" for c in cols):
+            report.notes.append(f"table '{t.name}': time column '{time_col}' is not a datetime column; dropped")
+            time_col = None
+        if time_col is None and infer_keys:  # 4DBInfer and RelBench declare their time columns
+            dts = [c.name for c in cols if c.dtype == "datetime"]
+            if len(dts) == 1:
+                time_col = dts[0]
+                report.guessed_time.add(t.name)
+            elif len(dts) > 1:
+                report.notes.append(f"table '{t.name}': {len(dts)} datetime columns ({', '.join(dts)}); no time "
+                                    f"column chosen, set time_column in schema.yaml")
+        source = _file_name(t.name, used_sources)
+        schema_tables.append(Table(t.name, source, cols, time_col))
+        frames[t.name] = pd.DataFrame(data).reset_index(drop=True)
+    _inherit_time(schema_tables, report)
+    policy = "error"
+    if dangling:
+        policy = "null"
+        report.notes.append("dangling foreign-key values become NULL (on_dangling_foreign_key: null): "
+                            + "; ".join(dangling))
+    return Schema(name, schema_tables, policy), frames
+
+
+def _inherit_time(tables: list[Table], report: ImportReport) -> None:
+    """Give each table left without a time column ``time_from``: its foreign keys to timed tables.
+
+    A line item of a dated invoice is known no earlier than its invoice; left timeless it would be
+    visible at every cutoff, a leak. Parents are settled first, so a chain (sub-lines -> lines ->
+    invoices) passes the time down.
+    """
+    timed = {t.name for t in tables if t.time_column}
+    pending = {t.name: t for t in tables if not t.time_column}
+    while pending:
+        ready = [t for t in pending.values()
+                 if not any(fk.link_table in pending and fk.link_table != t.name for fk in t.foreign_keys)]
+        if not ready:  # untimed tables referencing each other: start where one references a timed table
+            ready = [t for t in pending.values() if any(fk.link_table in timed for fk in t.foreign_keys)]
+            if not ready:
+                break
+        for t in ready:
+            del pending[t.name]
+            fks = [fk for fk in t.foreign_keys if fk.link_table in timed and fk.link_table != t.name]
+            if not fks:
+                continue
+            t.time_from = [fk.name for fk in fks]
+            timed.add(t.name)
+            parents = " and ".join(dict.fromkeys(fk.link_table for fk in fks))
+            latest = "latest " if len(fks) > 1 else ""
+            report.notes.append(f"table '{t.name}' has no time column; its rows take the {latest}time of the "
+                                f"{parents} row{'s' if len(fks) > 1 else ''} they reference "
+                                f"(time_from: {', '.join(t.time_from)})")
+
+
+def _file_name(table: str, used: set[str]) -> str:
+    base = re.sub(r"[^A-Za-z0-9_.-]", "_", table) or "table"
+    name, i = f"{base}.parquet", 1
+    while name.lower() in used:
+        i += 1
+        name = f"{base}_{i}.parquet"
+    used.add(name.lower())
+    return name

@@ -1,0 +1,161 @@
+"""4DBInfer's dataset folders: ``metadata.yaml`` with ``dataset_name``, ``tables`` and ``tasks``.
+
+Declared columns, keys and time columns are converted; a task that predicts one value per row at a time
+becomes a fourdb task over a table of its samples (see ``samples``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from fourdb.errors import DatabaseImportError
+from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
+from fourdb.rdb.importers.samples import _samples_task
+
+DBB_DTYPES = {"float": "numeric", "category": "category", "datetime": "datetime", "text": "text",
+              "timestamp": "datetime"}
+DBB_METRICS = {"auroc": "auroc", "ap": "average_precision", "accuracy": "accuracy", "mae": "mae", "rmse": "rmse",
+               "mse": "rmse", "r2": "r2"}
+
+
+def _load_dbb_table(folder: Path, source: str, fmt: str, where: str) -> dict[str, np.ndarray]:
+    path = folder / source
+    if not path.exists():
+        raise DatabaseImportError(f"{where}: source file '{source}' not found in {folder}")
+    try:
+        if fmt == "parquet":
+            df = pd.read_parquet(path)
+            return {c: df[c].to_numpy() for c in df.columns}
+        if fmt == "numpy":
+            with np.load(path, allow_pickle=True) as npz:
+                return {k: npz[k] for k in npz.files}
+    except Exception as e:  # noqa: BLE001 - any reader failure is a bad file
+        raise DatabaseImportError(f"{where}: cannot read '{source}': {e}") from None
+    raise DatabaseImportError(f"{where}: unknown format '{fmt}' (expected parquet or numpy)")
+
+
+def _dbb_frame(data: dict[str, np.ndarray], columns: list[dict], where: str,
+               report: ImportReport) -> tuple[pd.DataFrame, dict[str, str], dict[str, str]]:
+    """Columns of a 4DBInfer table as a frame, with fourdb dtypes and foreign keys (column -> link_to)."""
+    frame, dtypes, links = {}, {}, {}
+    for c in columns:
+        cname, dt = str(c.get("name")), c.get("dtype")
+        if cname not in data:
+            raise DatabaseImportError(f"{where}, column '{cname}': declared in metadata.yaml but not in the data")
+        arr = data[cname]
+        if dt == "foreign_key":
+            links[cname] = str(c.get("link_to", ""))
+        if arr.ndim > 1:  # a vector per row (an embedding): one numeric column per dimension
+            flat = arr.reshape(len(arr), -1)
+            for i in range(flat.shape[1]):
+                frame[f"{cname}_{i}"] = flat[:, i]
+                dtypes[f"{cname}_{i}"] = "numeric"
+            report.notes.append(f"{where}, column '{cname}': {flat.shape[1]}-dimensional vectors split into "
+                                f"numeric columns {cname}_0..{cname}_{flat.shape[1] - 1}")
+            continue
+        if dt not in DBB_DTYPES and dt not in ("primary_key", "foreign_key"):
+            report.notes.append(f"{where}, column '{cname}': dtype '{dt}' is not supported; dropped")
+            continue
+        frame[cname] = arr
+        if dt in DBB_DTYPES:
+            dtypes[cname] = DBB_DTYPES[dt]
+    return pd.DataFrame(frame), dtypes, links
+
+
+def _read_4dbinfer(folder: Path, report: ImportReport) -> tuple[list[SourceTable], dict[str, dict], str]:
+    try:
+        meta = yaml.safe_load((folder / "metadata.yaml").read_text()) or {}
+    except yaml.YAMLError as e:
+        raise DatabaseImportError(f"{folder}/metadata.yaml: not valid YAML ({e.__class__.__name__})") from None
+    if not isinstance(meta, dict) or not meta.get("tables"):
+        raise DatabaseImportError(f"{folder}/metadata.yaml: no tables declared")
+    sources: dict[str, SourceTable] = {}
+    for i, tm in enumerate(meta["tables"]):
+        tname = str(tm.get("name", f"table{i + 1}"))
+        where = f"table '{tname}'"
+        data = _load_dbb_table(folder, str(tm.get("source", "")), tm.get("format", "parquet"), where)
+        frame, dtypes, links = _dbb_frame(data, tm.get("columns") or [], where, report)
+        pks = [str(c["name"]) for c in tm.get("columns") or [] if c.get("dtype") == "primary_key"]
+        fks = {}
+        for col, link in links.items():
+            if "." not in link:
+                raise DatabaseImportError(f"{where}, column '{col}': foreign_key without link_to: Table.column")
+            fks[col] = tuple(link.split(".", 1))
+        sources[tname] = SourceTable(tname, frame, {}, pks[0] if pks else None, fks, dtypes, tm.get("time_column"))
+    # 4DBInfer lets a foreign key point to a table that is not stored; make it from the referenced values
+    for ref_t, ref_c in sorted({r for t in list(sources.values()) for r in t.foreign_keys.values()}):
+        if ref_t not in sources:
+            values = pd.concat([t.frame[c] for t in sources.values() for c, r in t.foreign_keys.items()
+                                if r == (ref_t, ref_c)]).dropna().drop_duplicates().reset_index(drop=True)
+            sources[ref_t] = SourceTable(ref_t, pd.DataFrame({ref_c: values}), primary_key=ref_c)
+            report.notes.append(f"table '{ref_t}' is referenced but not stored; created from the {len(values)} "
+                                f"distinct keys that point to it")
+    dname = str(meta.get("dataset_name") or folder.name)
+    tasks: dict[str, dict] = {}
+    for tm in meta.get("tasks") or []:
+        converted = _dbb_task(folder, tm, sources, dname, report)
+        if converted is not None:
+            table, spec = converted
+            sources[table.name] = table
+            tasks[spec["name"]] = spec
+    return list(sources.values()), tasks, dname
+
+
+def _dbb_task(folder: Path, tm: dict, sources: dict[str, SourceTable], dname: str,
+              report: ImportReport) -> tuple[SourceTable, dict] | None:
+    name = str(tm.get("name", "task"))
+    skip = f"4DBInfer task '{name}' not converted:"
+    if tm.get("task_type") == "retrieval":
+        report.notes.append(f"{skip} retrieval (key prediction) tasks have no fourdb equivalent")
+        return None
+    cols = tm.get("columns") or []
+    keys = [c for c in cols if c.get("dtype") in ("primary_key", "foreign_key")]
+    if len(keys) != 1:
+        report.notes.append(f"{skip} it predicts over {len(keys)} keys; fourdb tasks predict for one entity")
+        return None
+    tcol, target, ttable = tm.get("time_column"), tm.get("target_column"), tm.get("target_table")
+    if not tcol:
+        report.notes.append(f"{skip} it has no time column, and fourdb tasks are asked at a time")
+        return None
+    key = keys[0]
+    if key["dtype"] == "primary_key":
+        entity = ttable
+        if entity not in sources or sources[entity].primary_key is None:
+            report.notes.append(f"{skip} its target table '{entity}' has no primary key")
+            return None
+        link = (entity, sources[entity].primary_key)
+        if target in sources[entity].frame.columns:
+            report.notes.append(f"4DBInfer task '{name}': table '{entity}' also holds column '{target}'; if it is "
+                                f"the label, drop it from the table, or models see it through the link")
+    else:
+        link = tuple(str(key["link_to"]).split(".", 1)) if key.get("link_to") else None
+        if link is None and ttable in sources:  # the task's key is the target table's foreign key
+            link = sources[ttable].foreign_keys.get(key["name"])
+        if not link or len(link) != 2 or link[0] not in sources:
+            report.notes.append(f"{skip} its key '{key['name']}' does not link to a table")
+            return None
+    splits = {}
+    for split, fourdb_split in (("train", "train"), ("validation", "val"), ("test", "test")):
+        data = _load_dbb_table(folder, str(tm["source"]).format(split=split), tm.get("format", "parquet"),
+                               f"4DBInfer task '{name}'")
+        frame, dtypes, _ = _dbb_frame(data, cols, f"4DBInfer task '{name}'", report)
+        splits[fourdb_split] = frame
+    task_type = tm.get("task_type")
+    if task_type == "classification":
+        labels = pd.concat([f[target] for f in splits.values() if target in f.columns]).dropna()
+        kind = "binary" if set(np.unique(labels)) <= {0, 1} else "multiclass"
+    elif task_type == "regression":
+        kind = "regression"
+    else:
+        report.notes.append(f"{skip} task_type '{task_type}' is not classification or regression")
+        return None
+    metric = DBB_METRICS.get(str(tm.get("evaluation_metric")))
+    return _samples_task(name, dname, splits, key["name"], link, tcol, target, kind, metric, dtypes,
+                         f"Converted from 4DBInfer task '{name}' (target {ttable}.{target}).", report)
+
+
+IMPORTERS.register("4dbinfer", Format("4DBInfer", folder=True, order=10, lacks="no metadata.yaml",
+                                      detect=lambda p: (p / "metadata.yaml").exists(), read=_read_4dbinfer))
