@@ -71,10 +71,10 @@ def certify_line(verdict: dict) -> str:
 def metric_direction(dataset, task: str) -> str:
     """``maximize`` or ``minimize``: which way the task's primary metric is better (for Optuna sweeps)."""
     from fourdb.tasks import find_task
-    from fourdb.train.metrics import HIGHER_IS_BETTER
+    from fourdb.metrics import higher_is_better
 
     spec = find_task(dataset.get("path") or dataset.name, task)
-    return "maximize" if HIGHER_IS_BETTER[spec.metric] else "minimize"
+    return "maximize" if higher_is_better(spec.metric) else "minimize"
 
 
 def _folder_dataset(argv: list[str]) -> list[str]:

@@ -22,7 +22,7 @@ from fourdb.inputs import SPLITS, graph_engine, graph_inputs, inputs_key, shared
 from fourdb.models import TaskInfo, create_model
 from fourdb.rdb.fingerprint import database_fingerprint
 from fourdb.tasks import find_task, materialize
-from fourdb.train.metrics import evaluate
+from fourdb.metrics import evaluate
 from fourdb.train.trainer import TrainerConfig
 from fourdb.utils import environment as utils_environment, atomic_write_text, stable_hash
 

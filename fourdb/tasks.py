@@ -25,6 +25,7 @@ import pandas as pd
 import yaml
 
 from fourdb.errors import TaskError
+from fourdb.metrics import METRICS, metrics_for
 from fourdb.rdb import Database
 from fourdb.rdb.schema import check_keys, did_you_mean
 from fourdb.utils import stable_hash
@@ -33,9 +34,6 @@ TASK_TYPES = ("binary", "multiclass", "regression")
 KINDS = ("entity_window", "row_column")
 DEFAULT_METRICS = {"binary": ["auroc", "accuracy"], "multiclass": ["accuracy", "macro_f1"],
                    "regression": ["mae", "rmse"]}
-# What fourdb.train.metrics.compute can score for each task type (kept here: tasks come before train)
-METRICS = {"binary": ("auroc", "average_precision", "accuracy"), "multiclass": ("accuracy", "macro_f1"),
-           "regression": ("mae", "rmse", "r2")}
 # The keys a task file may have, shared and per kind: an unknown key is refused, since a typo would
 # silently drop its setting
 COMMON_KEYS = ("name", "dataset", "description", "kind", "task_type", "metrics", "timestamps", "sanity")
@@ -188,14 +186,14 @@ def _names(value, field: str, where: str) -> list:
 def _metrics(value, task_type: str, where: str) -> list[str]:
     """The task's metrics (YAML null or none: the defaults), each one its task type can be scored by."""
     names = _names(value, "metrics", where) if value not in (None, "") else []
-    everything = [m for ms in METRICS.values() for m in ms]
+    everything, fitting = METRICS.names(), metrics_for(task_type)
     for name in names:
-        if name in METRICS[task_type]:
+        if name in fitting:
             continue
-        allowed = f"{task_type} metrics: {', '.join(METRICS[task_type])}"
+        allowed = f"{task_type} metrics: {', '.join(fitting)}"
         if name in everything:
             raise TaskError(f"{where}: metric '{name}' does not fit a {task_type} task ({allowed})")
-        hint = did_you_mean(name, METRICS[task_type]) or did_you_mean(name, everything)
+        hint = did_you_mean(name, fitting) or did_you_mean(name, everything)
         raise TaskError(f"{where}: unknown metric '{name}'{hint} ({allowed})")
     return names or list(DEFAULT_METRICS[task_type])
 

@@ -1,9 +1,11 @@
 """Small helpers shared across stages: atomic writes, stable hashing, time conversion, progress bars."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -12,22 +14,39 @@ import numpy as np
 import pandas as pd
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write to a temp file beside ``path`` and rename, so readers never see half a file."""
+@contextlib.contextmanager
+def atomic_output(path: str | Path, folder: bool = False):
+    """A temp file (or, ``folder=True``, a temp folder) beside ``path`` to write into. When the block ends
+    without error it is renamed onto ``path``, replacing what was there; otherwise it is removed. So a
+    reader, or a writer killed at any moment, sees the old content or the new, never half of it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if folder:
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    else:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        tmp = Path(name)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes files only their owner can read; boards and caches are shared
+        yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        # as ordinary files and folders: mkstemp's are owner-only, and boards and caches are shared
+        os.chmod(tmp, (0o777 if folder else 0o666) & ~umask)
+        if folder and path.exists():
+            shutil.rmtree(path)  # a stale or empty folder in the way
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True) if folder else tmp.unlink()
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through ``atomic_output``, synced to disk before the rename."""
+    with atomic_output(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -66,7 +66,7 @@ def test_leak_task_is_solvable_when_time_is_ignored():
     from fourdb.models import TaskInfo, create_model
     from fourdb.run import graph_inputs, subsample
     from fourdb.tasks import load_task
-    from fourdb.train.metrics import compute
+    from fourdb.metrics import compute
     from fourdb.train.trainer import TrainerConfig
 
     cfg = config(*LEAK, "model=sage", *FAST)

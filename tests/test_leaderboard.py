@@ -152,10 +152,10 @@ def test_submitter_killed_mid_write_leaves_valid_file(tmp_path, base_record):
     before = path.read_bytes()
     rec = tmp_path / "record.json"
     rec.write_text(json.dumps(variant(base_record, 7)))
-    code = ("import sys; from fourdb.leaderboard import submit_run_dirs; "
-            "submit_run_dirs([sys.argv[1]], sys.argv[2])")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(rec), str(tmp_path)],
-                            env={**os.environ, "FOURDB_LEADERBOARD_WRITE_DELAY": "60"})
+    # the submitter stalls once its temp file is written, before it is renamed into place
+    code = ("import os, sys, time; sync = os.fsync; os.fsync = lambda fd: (time.sleep(60), sync(fd)); "
+            "from fourdb.leaderboard import submit_run_dirs; submit_run_dirs([sys.argv[1]], sys.argv[2])")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(rec), str(tmp_path)])
     try:
         deadline = time.time() + 60
         while not list(path.parent.glob(f".{path.name}.*.tmp")):  # inside the write: temp file half written

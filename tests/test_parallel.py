@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -76,8 +77,11 @@ def test_killed_rank_resumes_from_checkpoint_to_the_same_result(two_processes, t
     """Rank 1 SIGKILLs itself mid-epoch; torchrun (--max-restarts 1) restarts the group, which resumes."""
     ref, _, _ = two_processes
     out = tmp_path / "run"
+    hooks = str(Path(__file__).parent / "hooks")  # tests/hooks/sitecustomize.py kills the last rank
     p = fourdb("run", *RUN, "trainer.nproc=2", f"hydra.run.dir={out}", cwd=tmp_path,
-               env={ddp.KILL_ENV: "6"})  # 10 steps per epoch: step 6 is mid-epoch 1, after the checkpoint at 4
+               env={"FOURDB_TEST_KILL_AT_STEP": "6", "FOURDB_TEST_KILL_MARKER": str(tmp_path / "killed"),
+                    "PYTHONPATH": os.pathsep.join([hooks, os.environ.get("PYTHONPATH", "")])})
+    # 10 steps per epoch: step 6 is mid-epoch 1, after the checkpoint at 4
     assert p.returncode == 0, p.stderr[-3000:]
     assert "kills itself at step 6" in p.stderr and "resuming from" in p.stderr
     rec = json.loads((out / "record.json").read_text())
@@ -95,17 +99,22 @@ def test_single_process_resumes_from_its_folder(one_process, tmp_path, monkeypat
     class Killed(Exception):
         pass
 
-    def kill(step, ctx, folder):
-        if step == 15:  # mid-epoch 2 (10 steps per epoch), after the checkpoint at step 12
-            raise Killed
+    steps, step = [0], torch.optim.AdamW.step
 
-    monkeypatch.setattr(ddp, "maybe_kill", kill)
+    def killed_at_15(self, *args, **kwargs):
+        out = step(self, *args, **kwargs)
+        steps[0] += 1
+        if steps[0] == 15:  # mid-epoch 2 (10 steps per epoch), after the checkpoint at step 12
+            raise Killed
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", killed_at_15)
     cfg = config(*RUN, "trainer.nproc=1")
     with pytest.raises(Killed):
         run_experiment(cfg, tmp_path)
     state = torch.load(tmp_path / "checkpoint.pt")
     assert (state["epoch"], state["step"], state["global_step"]) == (1, 2, 12)
-    monkeypatch.setattr(ddp, "maybe_kill", lambda *a: None)
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
     rec = run_experiment(cfg, tmp_path)
     assert rec["metrics"]["val"]["auroc"] == pytest.approx(ref["metrics"]["val"]["auroc"], abs=1e-9)
     assert rec["metrics"]["test"]["auroc"] == pytest.approx(ref["metrics"]["test"]["auroc"], abs=1e-9)

@@ -57,7 +57,7 @@ def test_the_microsecond_leak_is_real(subsecond):
     from fourdb.inputs import graph_inputs, subsample
     from fourdb.models import TaskInfo, create_model
     from fourdb.rdb import Database
-    from fourdb.train.metrics import compute
+    from fourdb.metrics import compute
     from fourdb.train.trainer import TrainerConfig
 
     db = Database.load(subsecond)

@@ -6,8 +6,6 @@ package that registers its builder (``@register_dataset(...)``); the registry fi
 """
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -18,7 +16,7 @@ from fourdb.errors import FourdbError
 from fourdb.rdb import Database
 from fourdb.rdb.schema import did_you_mean
 from fourdb.registry import Registry
-from fourdb.utils import cache_root, stable_hash
+from fourdb.utils import atomic_output, cache_root, stable_hash
 
 
 @dataclass
@@ -58,12 +56,8 @@ def dataset_folder(name: str, **params) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out) + ".lock"):
         if not (out / "schema.yaml").exists():
-            tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}-"))
-            try:
+            with atomic_output(out, folder=True) as tmp:
                 entry.build(tmp, **params)
-                tmp.rename(out)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -25,9 +25,6 @@ import json
 import logging
 import os
 import pickle
-import shutil
-import signal
-import tempfile
 import warnings
 from dataclasses import dataclass
 from datetime import timedelta
@@ -36,6 +33,8 @@ from typing import Callable
 
 import numpy as np
 import torch
+
+from fourdb.utils import atomic_output
 
 log = logging.getLogger("fourdb")
 SHARED_VERSION = 1
@@ -181,28 +180,6 @@ def shard_batch(inputs, y: torch.Tensor, rank: int, world: int):
     return cut(inputs), y[lo:hi]
 
 
-# ---------------------------------------------------------------------------------------- test hook
-KILL_ENV = "FOURDB_TEST_KILL_AT_STEP"
-
-
-def maybe_kill(global_step: int, ctx: Context, folder: str | Path | None) -> None:
-    """Test hook: with FOURDB_TEST_KILL_AT_STEP=N, the last rank SIGKILLs itself once, at step N.
-
-    "Once" is kept by a marker file in the run folder, so the restarted run (by torchrun, or the same
-    command again) goes on.
-    """
-    at = os.environ.get(KILL_ENV)
-    if not at or global_step != int(at) or ctx.rank != ctx.world - 1 or folder is None:
-        return
-    marker = Path(folder) / ".test-killed"
-    if marker.exists():
-        return
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(str(global_step))
-    log.warning("test hook: rank %d kills itself at step %d", ctx.rank, global_step)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 # ------------------------------------------------------------------------------ one graph per machine
 class _Saver(pickle.Pickler):
     def __init__(self, f, folder: Path):
@@ -242,10 +219,7 @@ class _Loader(pickle.Unpickler):
 def save_shared(obj, folder: str | Path, key: str | None = None) -> dict:
     """Write ``obj`` as mapped arrays plus a small pickle into ``folder`` (atomically: a temp folder
     renamed into place, manifest last); ``key`` names what was built (a hash of its config)."""
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-    try:
+    with atomic_output(folder, folder=True) as tmp:
         buf = io.BytesIO()
         saver = _Saver(buf, tmp)
         saver.dump(obj)
@@ -253,12 +227,6 @@ def save_shared(obj, folder: str | Path, key: str | None = None) -> dict:
         manifest = {"version": SHARED_VERSION, "key": key, "arrays": saver.count, "array_bytes": saver.nbytes,
                     "pickle_bytes": len(buf.getvalue())}
         (tmp / "manifest.json").write_text(json.dumps(manifest))
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return manifest
 
 

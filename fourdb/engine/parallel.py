@@ -32,7 +32,6 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 import torch
 
 from fourdb.engine.auto import step_seconds

@@ -3,7 +3,7 @@
 Per edge type the in-edges of every node are stored CSC-style, sorted by edge time. For a frontier of
 (node, cutoff) pairs one ``searchsorted`` finds, for all pairs at once, how many in-edges are known at
 the pair's cutoff; the fanout is then drawn from that prefix (uniformly without replacement by sorting
-random keys or rejection of duplicate draws, see ``_uniform``; or the most recent ones; a negative fanout
+random keys or rejection of duplicate draws, see ``uniform``; or the most recent ones; a negative fanout
 takes them all). A sampled neighbour inherits its seed's cutoff, and a block node is a (node, cutoff)
 pair, so two seeds with different cutoffs never share a neighbourhood computed for the other's cutoff.
 
@@ -21,15 +21,51 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import dgl
 import numpy as np
 import torch
 
 from fourdb.engine.blocks import make_block
 from fourdb.graph.build import ALWAYS, RelGraph
+from fourdb.registry import Registry
 
-STRATEGIES = ("uniform", "recent")
+# how ``fanout`` of a pair's ``c > fanout`` known in-edges (sorted by time) are chosen: fn(c, fanout, rng)
+# -> offsets [len(c), fanout] into each prefix, sorted per row
+STRATEGIES: Registry = Registry("sampling strategy")
 WIDE = 8  # uniform draws over prefixes up to WIDE * fanout long sort random keys; longer ones use rejection
+
+
+@STRATEGIES.register("uniform")
+def uniform(c: torch.Tensor, fanout: int, rng: np.random.Generator) -> torch.Tensor:
+    """``fanout`` distinct offsets in [0, c) per row, uniformly, sorted; every c > fanout.
+
+    Rows with a short prefix (c <= WIDE * fanout) sort random keys over the prefix; longer ones
+    draw ``fanout`` offsets and redraw the rows that hold a duplicate (rare when c >> fanout), so
+    every accepted row is a uniform subset. A handful of array operations per edge type and hop.
+    """
+    dev = c.device
+    out = torch.empty((len(c), fanout), dtype=torch.int64, device=dev)
+    short = c <= WIDE * fanout
+    if short.any():
+        cs = c[short]
+        width = int(cs.max())
+        keys = torch.from_numpy(rng.random((len(cs), width))).to(dev)
+        keys[torch.arange(width, device=dev)[None, :] >= cs[:, None]] = 2.0
+        out[short] = torch.topk(keys, fanout, dim=1, largest=False).indices
+    rest = torch.nonzero(~short).view(-1)
+    while len(rest):
+        cl = c[rest]
+        draw = (torch.from_numpy(rng.random((len(rest), fanout))).to(dev) * cl[:, None]).to(torch.int64)
+        srt = torch.sort(draw, 1).values
+        dup = (srt[:, 1:] == srt[:, :-1]).any(1)
+        out[rest[~dup]] = srt[~dup]
+        rest = rest[dup]
+    return torch.sort(out, 1).values
+
+
+@STRATEGIES.register("recent")
+def recent(c: torch.Tensor, fanout: int, rng: np.random.Generator) -> torch.Tensor:
+    """The last ``fanout`` offsets of each prefix: the most recent known neighbours (time order)."""
+    return c[:, None] - fanout + torch.arange(fanout, device=c.device)[None, :]
 
 
 @dataclass
@@ -130,8 +166,7 @@ class TemporalSampler:
 
     def __init__(self, graph: RelGraph, fanouts: list[int], strategy: str = "uniform", device="cpu",
                  _index=None, all_edge_ids: bool = False):
-        if strategy not in STRATEGIES:
-            raise ValueError(f"unknown sampling strategy '{strategy}' (choose from {STRATEGIES})")
+        self.choose = STRATEGIES.get(strategy)
         self.graph = graph
         self.fanouts = [int(f) for f in fanouts]
         self.strategy = strategy
@@ -171,42 +206,11 @@ class TemporalSampler:
         nb = len(big)
         if nb:
             c = counts[big]
-            steps = torch.arange(fanout, device=dev)
-            if self.strategy == "recent":
-                chosen = c[:, None] - fanout + steps[None, :]
-            else:
-                chosen = self._uniform(c, fanout, rng)
+            chosen = self.choose(c, fanout, rng)
             is_big = torch.zeros(n, dtype=torch.bool, device=dev)
             is_big[big] = True
             offsets[is_big[rows]] = chosen.reshape(-1)
         return rows, offsets
-
-    @staticmethod
-    def _uniform(c: torch.Tensor, fanout: int, rng: np.random.Generator) -> torch.Tensor:
-        """``fanout`` distinct offsets in [0, c) per row, uniformly, sorted; every c > fanout.
-
-        Rows with a short prefix (c <= WIDE * fanout) sort random keys over the prefix; longer ones
-        draw ``fanout`` offsets and redraw the rows that hold a duplicate (rare when c >> fanout), so
-        every accepted row is a uniform subset. A handful of array operations per edge type and hop.
-        """
-        dev = c.device
-        out = torch.empty((len(c), fanout), dtype=torch.int64, device=dev)
-        short = c <= WIDE * fanout
-        if short.any():
-            cs = c[short]
-            width = int(cs.max())
-            keys = torch.from_numpy(rng.random((len(cs), width))).to(dev)
-            keys[torch.arange(width, device=dev)[None, :] >= cs[:, None]] = 2.0
-            out[short] = torch.topk(keys, fanout, dim=1, largest=False).indices
-        rest = torch.nonzero(~short).view(-1)
-        while len(rest):
-            cl = c[rest]
-            draw = (torch.from_numpy(rng.random((len(rest), fanout))).to(dev) * cl[:, None]).to(torch.int64)
-            srt = torch.sort(draw, 1).values
-            dup = (srt[:, 1:] == srt[:, :-1]).any(1)
-            out[rest[~dup]] = srt[~dup]
-            rest = rest[dup]
-        return torch.sort(out, 1).values
 
     def sample(self, seed_type: str, seeds, cutoffs, rng: np.random.Generator,
                hidden_etypes: frozenset = frozenset()) -> SampledBatch:

@@ -26,9 +26,7 @@ import copy
 import hashlib
 import json
 import logging
-import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -41,7 +39,7 @@ from fourdb.engine.blocks import make_block
 from fourdb.engine.data import add_edge_features, input_rows, relative_time, row_features
 from fourdb.engine.pipeline import prefetch
 from fourdb.engine.timing import row_bytes
-from fourdb.utils import atomic_write_text, cache_root, progress, stable_hash
+from fourdb.utils import atomic_output, atomic_write_text, cache_root, progress, stable_hash
 
 STORE_VERSION = 3  # 2: edge ids in the edge lists, input cutoffs; 3: ns times, relative time per type
 log = logging.getLogger("fourdb")
@@ -311,9 +309,7 @@ def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> No
     """Sample ``epochs`` epochs from a copy of ``rng`` and write them, manifest last, then rename."""
     data, rng = source.data, copy.deepcopy(rng)
     lay = _Layout(source.sampler)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-    try:
+    with atomic_output(folder, folder=True) as tmp:
         states, per_epoch = [], []
         counts = {t: np.zeros(len(data.graph.features[t].numeric) * (2 if t == data.seed_type else 1), np.int64)
                   for t in lay.ntypes}
@@ -381,7 +377,3 @@ def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> No
                     "seed_type": data.seed_type, "sampler": source.sampler.config(), "batch_size": source.batch_size,
                     "hot_rows": {t: int(len(hot[t])) for t in lay.ntypes}, "files": files}
         atomic_write_text(tmp / "manifest.json", json.dumps(manifest, indent=1))
-        os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

@@ -8,6 +8,10 @@ drifts between training and test. Every statistic (scales, vocabularies, TF-IDF/
 rows known by a given time (``fit(df, until=...)``: the start of validation), never on later rows.
 ``transform(df, masked=...)`` encodes masked columns as missing, which is how a row-column task's seed
 row hides the columns that are not known at its cutoff.
+
+One standardizer (``fit_scale``, ``standardize``) and one category vocabulary (``fit_vocabulary``,
+``codes``) serve both ``TableEncoder`` (a table's own columns) and ``encode_features`` (computed
+feature columns, such as DFS's, fitted on one split); each keeps its own missing-flag rule.
 """
 from __future__ import annotations
 
@@ -59,6 +63,62 @@ def known_rows(table: Table, df: pd.DataFrame, until) -> np.ndarray:
     return (times.isna() | (times <= pd.Timestamp(until))).to_numpy()
 
 
+def fit_scale(values, packed: bool = False) -> tuple[float, float]:
+    """Mean and standard deviation (ddof=0) of the known (non-NaN) values: (0, 1) when none is known,
+    a deviation of 1 when one is known or all are equal; NaN when a value is infinite.
+
+    ``packed`` sums the known values packed together rather than in place, with zeros in the gaps (as
+    ``np.nanmean`` and ``np.nanstd`` do): the same statistics up to the last bit, and each caller keeps
+    its own so that its encoded values (and the models fitted on them) do not move.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    known = ~np.isnan(v)
+    n = int(known.sum())
+    if n == 0:
+        return 0.0, 1.0
+    x = v[known] if packed else np.where(known, v, 0.0)
+    mean = x.sum() / n
+    if n == 1:
+        return float(mean), 1.0
+    d = x - mean
+    if not packed:
+        d[~known] = 0.0
+    std = float(np.sqrt((d * d).sum() / n))
+    return float(mean), std if std != 0 else 1.0
+
+
+def standardize(values: np.ndarray, scale: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+    """``(values - mean) / std`` (float64) with 0 where the result is missing, and that missing mask."""
+    mean, std = scale
+    v = (np.asarray(values, dtype=np.float64) - mean) / std
+    missing = np.isnan(v)
+    return np.where(missing, 0.0, v), missing
+
+
+def fit_vocabulary(values: pd.Series, ties: str = "value") -> list[str]:
+    """The known values as text, most frequent first, at most ``MAX_CATEGORIES`` (see ``codes``).
+
+    ``ties="value"`` breaks ties in frequency by the text, so the vocabulary is the same whatever the
+    row order; ``ties="pandas"`` leaves them in ``Series.value_counts`` order (first seen among a few
+    values, unspecified among many).
+    """
+    if ties not in ("value", "pandas"):
+        raise ValueError(f"ties must be 'value' or 'pandas', got {ties!r}")
+    counts = values.dropna().astype(str).value_counts(sort=ties != "value")
+    if ties == "value":
+        counts = counts.sort_index().sort_values(ascending=False, kind="stable")
+    return list(counts.index[:MAX_CATEGORIES])
+
+
+def codes(values: pd.Series, vocabulary: list[str]) -> np.ndarray:
+    """Code i + 1 for a value whose text (``str``) is the i-th of ``vocabulary``; 0 for a missing or
+    unknown value (int64)."""
+    values = values.astype(object)
+    code = pd.Index(vocabulary, dtype=object).get_indexer(values.map(str)) + 1
+    code[values.isna().to_numpy()] = 0
+    return code.astype(np.int64)
+
+
 class TableEncoder:
     """Fitted once per table; encodes any subset of its rows the same way."""
 
@@ -73,15 +133,9 @@ class TableEncoder:
         for col in self.columns:
             values = df[col.name]
             if col.dtype == "numeric":
-                v = values.astype("float64")
-                self.stats[col.name] = (np.nanmean(v) if v.notna().any() else 0.0,
-                                        (np.nanstd(v) if v.notna().sum() > 1 else 1.0) or 1.0)
+                self.stats[col.name] = fit_scale(values.astype("float64"))
             elif col.dtype == "category":
-                counts = values.dropna().astype(str).value_counts(sort=False)
-                # by frequency, ties by value: the same vocabulary whatever the row order
-                counts = counts.sort_index().sort_values(ascending=False, kind="stable")
-                vocab = counts.index[:MAX_CATEGORIES]
-                self.stats[col.name] = {v: i + 1 for i, v in enumerate(vocab)}
+                self.stats[col.name] = {v: i + 1 for i, v in enumerate(fit_vocabulary(values))}
             elif col.dtype == "text":
                 self.stats[col.name] = self._fit_text(values)
         return self
@@ -114,16 +168,14 @@ class TableEncoder:
             values = df[col.name]
             hide = col.name in masked
             if col.dtype == "numeric":
-                mean, std = self.stats[col.name]
-                v = ((values.astype("float64") - mean) / std).to_numpy()
-                miss = np.isnan(v) | hide
-                nums += [np.where(miss, 0.0, v), miss.astype(float)]
+                v, miss = standardize(values.astype("float64").to_numpy(), self.stats[col.name])
+                if hide:
+                    v, miss = np.zeros(n), np.ones(n, dtype=bool)
+                nums += [v, miss.astype(float)]  # every column flagged, right after it
                 num_names += [col.name, f"{col.name}:missing"]
             elif col.dtype == "category":
                 vocab = self.stats[col.name]
-                codes = values.astype(object).map(lambda x: vocab.get(str(x), 0) if x is not None and x == x else 0)
-                codes = np.zeros(n, dtype=np.int64) if hide else codes.to_numpy(dtype=np.int64)
-                cats.append(codes)
+                cats.append(np.zeros(n, dtype=np.int64) if hide else codes(values, list(vocab)))
                 cards.append(len(vocab) + 1)
                 cat_names.append(col.name)
             elif col.dtype == "datetime":
@@ -159,3 +211,37 @@ class TableEncoder:
         numeric = np.stack(nums, 1).astype(np.float32) if nums else np.zeros((n, 0), np.float32)
         categorical = np.stack(cats, 1) if cats else np.zeros((n, 0), np.int64)
         return EncodedTable(numeric, categorical, cards, num_names, cat_names, datetimes, dt_names)
+
+
+def encode_features(frames: dict[str, pd.DataFrame], fit_split: str = "train") -> dict[str, EncodedTable]:
+    """Computed feature columns (DFS's), split by split, with statistics of ``fit_split``: numeric
+    features standardized (NaN -> 0, and a missing flag only for the features missing somewhere in
+    ``fit_split``, the flags after all numeric columns, float32); the other features as codes of the
+    ``fit_split`` vocabulary (0 = unknown or missing; ties in frequency in ``value_counts`` order)."""
+    fit = frames[fit_split]
+    numeric = [c for c in fit.columns if pd.api.types.is_numeric_dtype(fit[c])]
+    category = [c for c in fit.columns if c not in numeric]
+    scales, flagged = {}, {}
+    for c in numeric:
+        v = fit[c].to_numpy(dtype=np.float64)
+        mean, std = fit_scale(v, packed=True)
+        # an infinity leaves no spread (NaN): scaled by 1 here, where TableEncoder lets the column read as missing
+        scales[c] = (mean, std if std > 0 else 1.0)
+        flagged[c] = bool(np.isnan(v).any())
+    vocab = {c: fit_vocabulary(fit[c], ties="pandas") for c in category}
+    out = {}
+    for split, df in frames.items():
+        n = len(df)
+        nums, flags, flag_names = [], [], []
+        for c in numeric:
+            v, miss = standardize(df[c].to_numpy(dtype=np.float64), scales[c])
+            nums.append(v.astype(np.float32))
+            if flagged[c]:
+                flags.append(miss.astype(np.float32))
+                flag_names.append(f"{c}:missing")
+        cats = [codes(df[c], vocab[c]) for c in category]
+        cols = nums + flags
+        out[split] = EncodedTable(np.stack(cols, 1) if cols else np.zeros((n, 0), np.float32),
+                                  np.stack(cats, 1) if cats else np.zeros((n, 0), np.int64),
+                                  [len(vocab[c]) + 1 for c in category], numeric + flag_names, list(category))
+    return out

@@ -1,6 +1,7 @@
 """Feature set ``single_table``: the seed row's own columns (the known ones for a row-column task)."""
 from __future__ import annotations
 
+from fourdb.features.base import FEATURES
 from fourdb.features.columns import EncodedTable, TableEncoder
 from fourdb.rdb import Database
 from fourdb.tasks import Task
@@ -16,5 +17,6 @@ def seed_row_features(db: Database, task: Task, splits: dict) -> dict[str, Encod
             for s, f in splits.items()}
 
 
+@FEATURES.register("single_table")
 def single_table(db: Database, task: Task, splits: dict) -> dict[str, EncodedTable]:
     return seed_row_features(db, task, splits)

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fourdb.errors import FourdbError
+from fourdb.registry import Registry
 from fourdb.features.columns import EncodedTable, TableEncoder
 from fourdb.rdb import Database
 from fourdb.utils import to_epoch_ns
@@ -67,6 +67,16 @@ def fk_relations(table: str, fk: str) -> tuple[str, str]:
     return relation(table, fk), relation(table, fk, "rev")
 
 
+# a graph construction: fn(db) -> the tables whose rows become edges (every other row is a node)
+GRAPHS: Registry = Registry("graph construction")
+
+
+@GRAPHS.register("r2n")
+def every_row_a_node(db: Database) -> set[str]:
+    return set()
+
+
+@GRAPHS.register("r2ne")
 def link_tables(db: Database) -> set[str]:
     referenced = {fk.link_table for t in db.schema.tables for fk in t.foreign_keys}
     return {t.name for t in db.schema.tables if len(t.foreign_keys) == 2 and t.name not in referenced}
@@ -75,9 +85,7 @@ def link_tables(db: Database) -> set[str]:
 def build_graph(db: Database, kind: str = "r2ne", fit_until=None) -> RelGraph:
     """The graph of ``db``; every column encoder is fitted on the rows known by ``fit_until`` (a task's
     validation start: no scale or vocabulary comes from later rows; None fits on every row)."""
-    if kind not in GRAPHS:
-        raise FourdbError(f"unknown graph construction '{kind}' (choose from {', '.join(GRAPHS)})")
-    as_edges = link_tables(db) if kind == "r2ne" else set()
+    as_edges = GRAPHS.get(kind)(db)
     times, key_index = {}, {}
     for t in db.schema.tables:
         df = db.tables[t.name]
@@ -137,7 +145,3 @@ def build_graph(db: Database, kind: str = "r2ne", fit_until=None) -> RelGraph:
             g.edges[et].data["num"] = torch.from_numpy(edge_feats[et].numeric)
             g.edges[et].data["cat"] = torch.from_numpy(edge_feats[et].categorical)
     return RelGraph(g, kind, features, encoders, edge_feats)
-
-
-GRAPHS = {"r2n": "every row a node, foreign keys as edges",
-          "r2ne": "as r2n, with pure link tables turned into featured edges"}

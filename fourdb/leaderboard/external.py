@@ -146,7 +146,7 @@ def external_record(path: str | Path, method: str, dataset: str, task: str, seed
                     params: dict | None = None) -> dict:
     """Check a prediction file and score it against the test labels; returns a run record."""
     from fourdb.rdb.fingerprint import database_fingerprint
-    from fourdb.train.metrics import evaluate
+    from fourdb.metrics import evaluate
 
     if not method or not method.strip():
         raise RecordError("--method: give the method a name")

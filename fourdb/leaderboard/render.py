@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from fourdb.leaderboard.schema import protocol_label
+from fourdb.metrics import higher_is_better
 from fourdb.leaderboard.store import current_spec_hash, leaderboard_root, load_all, task_spec
 from fourdb.utils import atomic_write_bytes, atomic_write_text
 
@@ -43,12 +44,6 @@ BOARDS = {"classification": ("binary", "multiclass"), "regression": ("regression
 
 DUCKDB_SQL = ("SELECT dataset, task, model, avg(metrics.test.auroc) AS auroc "
               "FROM read_json_auto('leaderboards/*/*.jsonl') GROUP BY ALL ORDER BY ALL")
-
-
-def higher_is_better(metric: str) -> bool:
-    from fourdb.train.metrics import HIGHER_IS_BETTER
-
-    return HIGHER_IS_BETTER[metric]
 
 
 def input_kind(inputs: dict) -> str:

@@ -97,10 +97,10 @@ def validate_record(record, where: str = "record") -> dict:
             raise RecordError(f"{where}: field '{name}' is empty")
     if record["task_type"] not in TASK_TYPES:
         raise RecordError(f"{where}: task_type must be one of {', '.join(TASK_TYPES)}, got '{record['task_type']}'")
-    from fourdb.train.metrics import HIGHER_IS_BETTER
+    from fourdb.metrics import METRICS
 
-    if record["metric"] not in HIGHER_IS_BETTER:
-        raise RecordError(f"{where}: unknown metric '{record['metric']}' (known: {', '.join(HIGHER_IS_BETTER)})")
+    if record["metric"] not in METRICS:
+        raise RecordError(f"{where}: unknown metric '{record['metric']}' (known: {', '.join(METRICS)})")
     metrics = record["metrics"]
     for split, values in metrics.items():
         if split not in ("train", "val", "test"):

@@ -11,8 +11,6 @@ import json
 import math
 import os
 import re
-import tempfile
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,11 +26,9 @@ from fourdb.leaderboard.schema import (
     record_key,
     validate_record,
 )
-from fourdb.utils import progress as progress_bar
+from fourdb.utils import atomic_write_bytes, progress as progress_bar
 
 ROOT_ENV = "FOURDB_LEADERBOARDS"
-# seconds to pause halfway through writing a board (tests use it to kill a submitter mid-write)
-WRITE_DELAY_ENV = "FOURDB_LEADERBOARD_WRITE_DELAY"
 LOCK_TIMEOUT_S = 300
 
 
@@ -170,29 +166,8 @@ def prepare(record: dict, where: str) -> dict:
 
 
 def _write_board(path: Path, lines: list[str]) -> None:
-    """Write the whole board to a temp file beside it, then rename it into place."""
-    data = "".join(line + "\n" for line in lines).encode()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            delay = float(os.environ.get(WRITE_DELAY_ENV) or 0)
-            if delay:
-                f.write(data[: len(data) // 2])
-                f.flush()
-                time.sleep(delay)
-                f.write(data[len(data) // 2:])
-            else:
-                f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as an ordinary file, not mkstemp's owner-only
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """The whole board, written to a temp file beside it and renamed into place."""
+    atomic_write_bytes(path, "".join(line + "\n" for line in lines).encode())
 
 
 @dataclass

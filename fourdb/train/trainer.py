@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from fourdb.engine import ddp
 from fourdb.engine.timing import to_device
 from fourdb.train import checkpoint
-from fourdb.train.metrics import HIGHER_IS_BETTER, compute
+from fourdb.metrics import compute, higher_is_better
 from fourdb.utils import progress as progress_bar
 
 log = logging.getLogger("fourdb")
@@ -96,7 +96,7 @@ class Trainer:
         source.prepare(module, self.device, epochs=self.cfg.epochs)  # e.g. engine=auto profiles the model
         net = ddp.wrap(module, self.device) if ctx.distributed else module
         opt = torch.optim.AdamW(module.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
-        higher = HIGHER_IS_BETTER[self.metric]
+        higher = higher_is_better(self.metric)
         best, best_state, bad_epochs = -math.inf, None, 0
         first_epoch, skip, global_step, losses, finished, resume_rng = 0, 0, 0, [], False, None
         saved = checkpoint.load(self.cfg.checkpoint_dir, self.cfg.checkpoint_key)
@@ -160,7 +160,6 @@ class Trainer:
                 bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
                 if every and global_step % every == 0:
                     save(epoch, step + 1, epoch_rng)
-                ddp.maybe_kill(global_step, ctx, self.cfg.checkpoint_dir)
             bar.close()
             skip = 0
             val_score = compute(self.metric, y_val, self.predict(module, source, "val"))

@@ -33,8 +33,6 @@ Everything is written to a temporary folder beside ``out``, loaded back through 
 """
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -45,7 +43,7 @@ from fourdb.rdb.importers.assemble import assemble
 from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
 from fourdb.rdb.importers.dtypes import infer_dtype
 from fourdb.rdb.importers.keys import infer_foreign_keys, infer_primary_key
-from fourdb.utils import atomic_write_text
+from fourdb.utils import atomic_output, atomic_write_text
 
 __all__ = ["IMPORTERS", "Format", "ImportReport", "SourceTable", "assemble", "import_database", "infer_dtype",
            "infer_foreign_keys", "infer_primary_key"]
@@ -75,18 +73,11 @@ def import_database(path: str | Path, out: str | Path, name: str | None = None,
         raise DatabaseImportError(f"{path}: the database has no tables")
     schema, frames = assemble(name or dname, sources, fmt.infer_keys, report, lenient)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-import-"))
-    try:
+    with atomic_output(out, folder=True) as tmp:
         write_database(tmp, schema, frames)
         db = Database.load(tmp)  # the written folder must be valid, or nothing is kept
         for tname, spec in tasks.items():
             report.tasks[tname] = _check_task(tmp, db, tname, spec, report)
-        if out.exists():
-            out.rmdir()
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     report.out, report.schema = out, schema
     report.rows = {t: len(df) for t, df in frames.items()}
     return report

@@ -1,0 +1,386 @@
+"""The DFS compiler: a feature plan turned into steps over DuckDB temp tables.
+
+SQL computes keys, lookups, joins and groupings; running aggregates hand their child's sorted rows to
+the vectorized prefix scans of ``scan``; the seed-level results are fetched as Arrow tables and
+gathered at the end.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from fourdb.features.dfs.plan import Agg, Lookup, Node, _agg_dtype
+from fourdb.features.dfs.scan import _arrow, _compose, _gather, _numpy, _prefix_scan, _time_order, asof_positions
+from fourdb.rdb import Database
+from fourdb.rdb.schema import Table
+
+T_MIN = "TIMESTAMP_NS '1678-01-01 00:00:00'"  # a row without time: always visible
+T_MAX = "TIMESTAMP_NS '2262-01-01 00:00:00'"  # cutoff of a per-row (cutoff-free) relation
+NS_PER_DAY = 86400e9
+
+_TEMP = re.compile(r"\b__[a-z]+\d+\b")
+
+
+@dataclass
+class _Step:
+    desc: str
+    run: str | Callable  # SQL text, or a function of the connection
+    uses: set[str] = field(default_factory=set)
+
+
+class _Compiler:
+    """Turns a feature tree into steps: SQL statements over temp tables, one vectorized prefix scan per
+    running aggregate, and fetches of the seed-level results. Each temp table is dropped after its
+    last use.
+
+    Relations below an aggregate are SQL tables ``(qid, k, cutoff, c0..cn)``. The seed's own tree
+    (the seed and the parents it reaches by lookups) is assembled at the end: each of its aggregates
+    is fetched once as an Arrow table, and lookups are composed as row-index maps, so the wide result
+    is gathered column by column instead of through a chain of wide joins.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, db: Database, tables: set[str]):
+        self.con, self.db, self.schema = con, db, db.schema
+        self.tables = tables
+        self.steps: list[_Step] = []
+        self.n = 0
+        self.bases: dict[str, str] = {}
+        self.relations: dict[tuple[str, str], tuple[str, int]] = {}
+        self.views: set[str] = set()
+        self.per_row: set[str] = set()  # query sets that are every row of their table, cutoff-free
+        self.statics: dict[str, str] = {}  # child node -> relation of its rows' own features
+        self.safe: dict[tuple[str, str], bool] = {}
+        self.frames: dict[str, pa.Table] = {}  # running-state tables registered with DuckDB
+        self.fetched: dict[str, pa.Table] = {}  # seed-level results, gathered at the end
+
+    def new(self, prefix: str) -> str:
+        self.n += 1
+        return f"__{prefix}{self.n}"
+
+    def emit(self, desc: str, run, uses=()) -> None:
+        used = set(_TEMP.findall(run)) if isinstance(run, str) else set(uses)
+        self.steps.append(_Step(desc, run, used))
+
+    def fetch(self, desc: str, sql: str) -> str:
+        name = self.new("f")
+
+        def run(con, name=name, sql=sql):
+            self.fetched[name] = _arrow(con, sql)
+
+        self.emit(desc, run, uses=set(_TEMP.findall(sql)))
+        return name
+
+    def with_drops(self) -> list[_Step]:
+        """The steps, each temp table dropped right after the last step that reads it."""
+        last: dict[str, int] = {}
+        reads: dict[str, set[str]] = {}  # a view reads, whenever it is read, what it was made of
+        for st in self.steps:
+            if isinstance(st.run, str):
+                made = re.match(r"CREATE TEMP VIEW (\S+)", st.run)
+                if made:
+                    reads[made.group(1)] = st.uses - {made.group(1)}
+
+        def closure(names: set[str]) -> set[str]:
+            out, todo = set(), list(names)
+            while todo:
+                name = todo.pop()
+                if name not in out:
+                    out.add(name)
+                    todo += reads.get(name, ())
+            return out
+
+        for i, st in enumerate(self.steps):
+            for name in closure(st.uses):
+                last[name] = i
+        keep = set(self.bases.values())
+        out = []
+        for i, st in enumerate(self.steps):
+            out.append(st)
+            dead = sorted(n for n, j in last.items() if j == i and n not in keep)
+            if dead:
+                out.append(_Step("free", lambda con, dead=dead: self.drop(dead)))
+        return out
+
+    def drop(self, names: list[str]) -> None:
+        for name in names:
+            if name in self.frames:
+                self.con.unregister(name)
+                del self.frames[name]
+            elif name in self.views:
+                self.con.execute(f"DROP VIEW IF EXISTS {name}")
+            else:
+                self.con.execute(f"DROP TABLE IF EXISTS {name}")
+
+    # -- base tables: row id, time, time order, parent row ids and feature columns ------------------
+    def col(self, table: Table, name: str) -> str:
+        return f"v{table.column_names.index(name)}"
+
+    def fk(self, table: Table, name: str) -> str:
+        return f"p{table.column_names.index(name)}"
+
+    def register(self) -> None:
+        for tname in sorted(self.tables):
+            t = self.schema.table(tname)
+            df = self.db.tables[tname]
+            keep = [i for i, c in enumerate(t.columns)
+                    if c.dtype in ("numeric", "category", "primary_key", "foreign_key") or c.name == t.time_column]
+            # DuckDB scans the database's own columns in place: renamed, not copied
+            frame = {f"v{i}": df[t.columns[i].name] for i in keep}
+            frame |= {"__rid": np.arange(len(df), dtype=np.int64), "__ord": _time_order(df, t)}
+            frame = pd.DataFrame(frame, copy=False)
+            self.con.register(self.src(tname), frame)
+        for i, tname in enumerate(sorted(self.tables)):
+            self.bases[tname] = f"__b{i}"
+        for tname in sorted(self.tables):
+            self.base(self.schema.table(tname))
+
+    def src(self, table: str) -> str:
+        """The registered frame of a table: named by position, since a table's name may hold any character."""
+        return f"__src_{sorted(self.tables).index(table)}"  # not a temp-table name (see _TEMP): never dropped
+
+    def base(self, t: Table) -> None:
+        time_expr = f"CAST(s.{self.col(t, t.time_column)} AS TIMESTAMP_NS)" if t.time_column else "NULL::TIMESTAMP_NS"
+        sel = ["s.__rid", f"{time_expr} AS __time", f"coalesce({time_expr}, {T_MIN}) AS __t", "s.__ord"]
+        joins = []
+        for i, c in enumerate(t.columns):
+            if c.dtype == "numeric":
+                sel.append(f"CAST(s.v{i} AS DOUBLE) AS v{i}")
+            elif c.dtype == "category":
+                sel.append(f"CAST(s.v{i} AS VARCHAR) AS v{i}")
+            elif c.dtype == "foreign_key" and c.link_table in self.tables:
+                parent = self.schema.table(c.link_table)
+                pk = f"v{parent.column_names.index(parent.primary_key)}"
+                same_kind = (pd.api.types.is_integer_dtype(self.db.tables[t.name][c.name])
+                             == pd.api.types.is_integer_dtype(self.db.tables[parent.name][parent.primary_key]))
+                left, right = (f"s.v{i}", f"j{i}.{pk}") if same_kind else \
+                    (f"CAST(s.v{i} AS VARCHAR)", f"CAST(j{i}.{pk} AS VARCHAR)")
+                joins.append(f"LEFT JOIN {self.src(parent.name)} j{i} ON {left} = {right}")
+                sel.append(f"j{i}.__rid AS p{i}")
+        self.emit(f"table {t.name}", f"CREATE TEMP TABLE {self.bases[t.name]} AS SELECT {', '.join(sel)} "
+                                     f"FROM {self.src(t.name)} s {' '.join(joins)}")
+
+    def query(self, desc: str, select: str) -> str:
+        """A query set: distinct (k, cutoff) rows numbered by ``qid``."""
+        q = self.new("q")
+        self.emit(desc, f"CREATE TEMP TABLE {q} AS SELECT CAST(row_number() OVER () - 1 AS BIGINT) AS qid, k, cutoff "
+                        f"FROM ({select})")
+        return q
+
+    def lookup_query(self, t: Table, lk: Lookup, q: str) -> str:
+        parent = self.schema.table(lk.node.table)
+        b, fkc = self.bases[t.name], self.fk(t, lk.fk)
+        src, qa = self.rows(q, b)
+        sql = f"SELECT DISTINCT b.{fkc} AS k, {qa}.cutoff FROM {src}"
+        if parent.time_column:  # a parent row newer than the cutoff is not there yet
+            sql += f" JOIN {self.bases[parent.name]} bp ON bp.__rid = b.{fkc} AND bp.__t <= {qa}.cutoff"
+        else:
+            sql += f" WHERE b.{fkc} IS NOT NULL"
+        return self.query(f"lookup {t.name}.{lk.fk} -> {parent.name}", sql)
+
+    def rows(self, q: str, b: str) -> tuple[str, str]:
+        """FROM clause pairing each query row with its table row ``b``, and the alias of (qid, k, cutoff)."""
+        if q in self.per_row:  # the query rows are the table's own rows, columns included: no join
+            return f"{q} b", "b"
+        return f"{q} q JOIN {b} b ON b.__rid = q.k", "q"
+
+    # -- is a child's looked-up value known whenever the child row is? ------------------------------
+    def edge_safe(self, table: str, fk: str) -> bool:
+        key = (table, fk)
+        if key not in self.safe:
+            t = self.schema.table(table)
+            parent = self.schema.table(t.column(fk).link_table)
+            if parent.time_column is None:
+                ok = True
+            elif t.time_column is None:
+                ok = False
+            else:
+                ptime = self.db.tables[parent.name].set_index(parent.primary_key)[parent.time_column]
+                child = self.db.tables[table]
+                looked = child[fk].map(ptime)
+                ctime = child[t.time_column]
+                ok = not bool(((looked > ctime) | (ctime.isna() & looked.notna())).any())
+            self.safe[key] = ok
+        return self.safe[key]
+
+    def lookups_safe(self, node: Node) -> bool:
+        return all(self.edge_safe(node.table, lk.fk) and self.lookups_safe(lk.node) for lk in node.lookups)
+
+    # -- relations below an aggregate: SQL tables (qid, k, cutoff, c0..cn) --------------------------
+    def relation(self, node: Node, q: str, view: bool = False) -> tuple[str, int]:
+        """``view``: a view rather than a table, for a relation read once (a child's rows for a scan)."""
+        memo = (node.key, q)
+        if memo in self.relations:
+            return self.relations[memo]
+        t = self.schema.table(node.table)
+        b = self.bases[t.name]
+        src, qa = self.rows(q, b)
+        sel, joins = [f"b.{self.col(t, c)}" for c in node.own], []
+        for li, lk in enumerate(node.lookups):
+            ql = self.lookup_query(t, lk, q)
+            rl, n = self.relation(lk.node, ql)
+            joins.append(f"LEFT JOIN {rl} l{li} ON l{li}.k = b.{self.fk(t, lk.fk)} AND l{li}.cutoff = {qa}.cutoff")
+            sel += [f"l{li}.c{m}" for m in range(n)]
+        for ai, ag in enumerate(node.aggs):
+            ra = self.new("a")
+            self.emit(f"aggregate {ag.label}", f"CREATE TEMP TABLE {ra} AS {self.aggregate(ag, q, cast=False)}")
+            joins.append(f"LEFT JOIN {ra} a{ai} ON a{ai}.qid = {qa}.qid")
+            sel += [f"a{ai}.c{m}" for m in range(len(ag.outputs))]
+        r = self.new("r")
+        cols = [f"{qa}.qid", f"{qa}.k", f"{qa}.cutoff"] + [f"{e} AS c{m}" for m, e in enumerate(sel)]
+        if view:
+            self.views.add(r)
+        self.emit(f"features {t.name}", f"CREATE TEMP {'VIEW' if view else 'TABLE'} {r} AS SELECT {', '.join(cols)} "
+                                        f"FROM {src} {' '.join(joins)}")
+        self.relations[memo] = (r, len(sel))
+        return r, len(sel)
+
+    # -- the seed's tree: fetched once, gathered at the end ------------------------------------------
+    def assemble(self, node: Node, q: str) -> Callable[[np.ndarray], list[pa.Array]]:
+        """Steps that compute ``node``'s features for the query rows ``q``, and a function that gathers
+        them for given ``qid`` positions (-1: missing) once the steps have run, letting go of each
+        fetched table once it is gathered."""
+        t = self.schema.table(node.table)
+        b = self.bases[t.name]
+        parts = []
+        if node.own:
+            own = self.fetch(f"columns {t.name}", f"SELECT q.qid, {', '.join(f'b.{self.col(t, c)} AS c{m}' for m, c in enumerate(node.own))} "
+                                                  f"FROM {q} q JOIN {b} b ON b.__rid = q.k")
+            parts.append(lambda idx, own=own: _gather(self.fetched.pop(own), idx))
+        for lk in node.lookups:
+            ql = self.lookup_query(t, lk, q)
+            link = self.fetch(f"link {t.name}.{lk.fk}",
+                              f"SELECT q.qid, l.qid AS pq FROM {q} q JOIN {b} b ON b.__rid = q.k "
+                              f"JOIN {ql} l ON l.k = b.{self.fk(t, lk.fk)} AND l.cutoff = q.cutoff")
+            sub = self.assemble(lk.node, ql)
+            parts.append(lambda idx, link=link, sub=sub: sub(_compose(self.fetched.pop(link), idx)))
+        for ag in node.aggs:
+            fa = self.fetch(f"aggregate {ag.label}", self.aggregate(ag, q, cast=True))
+            parts.append(lambda idx, fa=fa: _gather(self.fetched.pop(fa), idx))
+        return lambda idx: [col for part in parts for col in part(idx)]
+
+    # -- aggregates: a SELECT of (qid, k, cutoff, c0..cm) for every row of q -------------------------
+    def aggregate(self, ag: Agg, q: str, cast: bool) -> str:
+        if not ag.node.has_aggs and self.lookups_safe(ag.node):
+            sql = self.running_aggregate(ag, q)
+        else:
+            sql = self.joined_aggregate(ag, q)
+        exprs = sql[1]
+        outs = []
+        for m, ((p, i), e) in enumerate(zip(ag.outputs, exprs)):
+            numeric = _agg_dtype(p, None if i is None else ag.node.features[i].dtype) == "numeric"
+            outs.append(f"CAST({e} AS FLOAT) AS c{m}" if cast and numeric else f"{e} AS c{m}")
+        return sql[0].format(outs=", ".join(outs))
+
+    @staticmethod
+    def _inputs(ag: Agg) -> dict[int, set[str]]:
+        need: dict[int, set[str]] = {}
+        for p, i in ag.outputs:
+            if i is not None:
+                need.setdefault(i, set()).add(p)
+        return need
+
+    def running_aggregate(self, ag: Agg, q: str) -> tuple[str, list[str]]:
+        """Prefix aggregates of the child's rows per parent in time order (one sort, then vectorized
+        scans), and an ASOF join that picks for each (parent, cutoff) the state after its last row.
+        Only the children of parents in ``q``, up to their latest cutoff, are scanned."""
+        child = self.schema.table(ag.child)
+        need = self._inputs(ag)
+        bc = self.bases[child.name]
+        fkc = self.fk(child, ag.fk)
+        cols = [f"c.{fkc} AS k", "c.__ord", "c.__t", "c.__time"]
+        src = f"{bc} c"
+        if need:
+            if ag.node.key not in self.statics:  # the child's own features, once per row
+                qs = self.new("q")
+                self.views.add(qs)
+                self.per_row.add(qs)
+                self.emit(f"rows {child.name}", f"CREATE TEMP VIEW {qs} AS SELECT __rid AS qid, __rid AS k, "
+                                                f"{T_MAX} AS cutoff, * FROM {bc}")
+                self.statics[ag.node.key] = self.relation(ag.node, qs, view=True)[0]
+            src += f" JOIN {self.statics[ag.node.key]} r ON r.k = c.__rid"
+            cols += [f"r.c{i} AS x{i}" for i in need]
+        # rows after a parent's latest cutoff never reach a query: they are left out of the scan
+        sql = (f"SELECT {', '.join(cols)} FROM {src} JOIN (SELECT k, max(cutoff) AS until FROM {q} GROUP BY k) u "
+               f"ON u.k = c.{fkc} AND c.__t <= u.until")
+        run = self.new("run")
+        dtypes = {i: ag.node.features[i].dtype for i in need}
+
+        def scan(con, sql=sql, run=run, need=need, dtypes=dtypes, q=q):
+            rows = _arrow(con, sql)  # sorted here: a SQL sort would carry every wide row along
+            rows = rows.take(np.lexsort((_numpy(rows, "__ord"), _numpy(rows, "k"))))
+            queries = _arrow(con, f"SELECT qid, k, cutoff FROM {q}")
+            pos = asof_positions(_numpy(rows, "k", np.int64), _numpy(rows, "__t", "datetime64[ns]").view(np.int64),
+                                 _numpy(queries, "k", np.int64),
+                                 _numpy(queries, "cutoff", "datetime64[ns]").view(np.int64))
+            state = _prefix_scan(rows, need, dtypes, pos)
+            del rows
+            self.frames[run] = pa.table({"qid": queries.column("qid"), **state})
+            con.register(run, self.frames[run])
+
+        self.emit(f"running {ag.label} per {ag.fk}", scan, uses=set(_TEMP.findall(sql)) | {q})
+        exprs = [self._running_expr(p, i) for p, i in ag.outputs]
+        return (f"SELECT m.qid, m.k, m.cutoff, {{outs}} FROM {q} m LEFT JOIN {run} r ON r.qid = m.qid", exprs)
+
+    @staticmethod
+    def _running_expr(p: str, i: int | None) -> str:
+        return {
+            "count": "coalesce(r.n, 0)",
+            "sum": f"coalesce(r.s{i} + r.n{i} * r.m{i}, 0)",
+            "mean": f"CASE WHEN r.n{i} > 0 THEN r.s{i} / r.n{i} + r.m{i} END",
+            "std": f"CASE WHEN r.n{i} > 1 THEN sqrt(greatest((r.q{i} - r.s{i} * r.s{i} / r.n{i}) / (r.n{i} - 1), 0)) END",
+            "min": f"r.mn{i}", "max": f"r.mx{i}", "last": f"r.l{i}",
+            "mode": f"r.mo{i}", "num_unique": f"coalesce(r.u{i}, 0)",
+            "time_since_last": f"(epoch_ns(m.cutoff) - epoch_ns(r.tl)) / {NS_PER_DAY}",
+            "time_since_first": f"(epoch_ns(m.cutoff) - epoch_ns(r.tf)) / {NS_PER_DAY}",
+        }[p]
+
+    def joined_aggregate(self, ag: Agg, q: str) -> tuple[str, list[str]]:
+        """The child's visible rows per (parent, cutoff), with their cutoff-dependent features, grouped."""
+        child = self.schema.table(ag.child)
+        bc = self.bases[child.name]
+        fkc = self.fk(child, ag.fk)
+        need = self._inputs(ag)
+        pairs = self.new("p")
+        self.emit(f"rows {ag.label} per {ag.fk}",
+                  f"CREATE TEMP TABLE {pairs} AS SELECT q.qid AS pq, c.__rid AS k, q.cutoff, c.__ord, c.__time "
+                  f"FROM {q} q JOIN {bc} c ON c.{fkc} = q.k AND c.__t <= q.cutoff")
+        src = f"{pairs} p"
+        cols = ["p.pq", "p.__ord", "p.__time"]
+        if need:
+            qc = self.query(f"rows {ag.label}", f"SELECT DISTINCT k, cutoff FROM {pairs}")
+            rc, _ = self.relation(ag.node, qc)
+            src += f" LEFT JOIN {rc} r ON r.k = p.k AND r.cutoff = p.cutoff"
+            cols += [f"r.c{i} AS x{i}" for i in need]
+        ctes = [f"j AS (SELECT {', '.join(cols)} FROM {src})"]
+        g = ["pq", "count(*) AS n", "max(__time) AS tl", "min(__time) AS tf"]
+        big = len(self.db.tables[child.name]) + 1
+        modes = []
+        agg_sql = {"sum": "sum(x{i}) AS s{i}", "mean": "avg(x{i}) AS mu{i}", "std": "stddev_samp(x{i}) AS sd{i}",
+                   "min": "min(x{i}) AS mn{i}", "max": "max(x{i}) AS mx{i}", "last": "arg_max_null(x{i}, __ord) AS l{i}",
+                   "num_unique": "count(DISTINCT x{i}) AS u{i}"}
+        for i, prims in need.items():
+            g += [agg_sql[p].format(i=i) for p in sorted(prims) if p in agg_sql]
+            if "mode" in prims:
+                modes.append(i)
+        ctes.append(f"g AS (SELECT {', '.join(g)} FROM j GROUP BY pq)")
+        joins = ["LEFT JOIN g ON g.pq = q.qid"]
+        for i in modes:  # most frequent value; a tie goes to the value that reached the count first
+            ctes.append(f"v{i} AS (SELECT pq, x{i}, count(*) AS cnt, max(__ord) AS lo FROM j "
+                        f"WHERE x{i} IS NOT NULL GROUP BY pq, x{i})")
+            ctes.append(f"mo{i} AS (SELECT pq, arg_max(x{i}, cnt * {big} - lo) AS mo FROM v{i} GROUP BY pq)")
+            joins.append(f"LEFT JOIN mo{i} ON mo{i}.pq = q.qid")
+        exprs = {
+            "count": "coalesce(g.n, 0)", "sum": "coalesce(g.s{i}, 0)", "mean": "g.mu{i}", "std": "g.sd{i}",
+            "min": "g.mn{i}", "max": "g.mx{i}", "last": "g.l{i}", "num_unique": "coalesce(g.u{i}, 0)",
+            "mode": "mo{i}.mo",
+            "time_since_last": f"(epoch_ns(q.cutoff) - epoch_ns(g.tl)) / {NS_PER_DAY}",
+            "time_since_first": f"(epoch_ns(q.cutoff) - epoch_ns(g.tf)) / {NS_PER_DAY}",
+        }
+        out = [exprs[p].format(i=i) for p, i in ag.outputs]
+        return (f"WITH {', '.join(ctes)} SELECT q.qid, q.k, q.cutoff, {{outs}} FROM {q} q {' '.join(joins)}", out)

@@ -1,0 +1,211 @@
+"""Vectorized helpers of DFS: time order, ASOF positions, exact per-parent prefix scans, and moving
+results between DuckDB, Arrow and numpy.
+
+A running aggregate's child rows arrive sorted by (parent, time order); ``asof_positions`` finds each
+query's last visible row and ``_prefix_scan`` gives the aggregate state after it, never carrying
+anything from one parent's rows to the next.
+"""
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fourdb.rdb.schema import Table
+
+
+def _time_order(df: pd.DataFrame, t: Table) -> np.ndarray:
+    """Each row's rank (from 1) by (time, row number), rows without time first: numbered here rather
+    than by a window in SQL, which would sort every column of the table along with the time."""
+    # NaT is the smallest time; a table without time is in row order
+    ns = df[t.time_column].to_numpy(dtype="datetime64[ns]").view(np.int64) if t.time_column else np.zeros(len(df))
+    rank = np.empty(len(df), dtype=np.int64)
+    rank[np.argsort(ns, kind="stable")] = np.arange(1, len(df) + 1)
+    return rank
+
+
+def _positions(table: pa.Table, idx: np.ndarray) -> pa.Array:
+    """Row of ``table`` (which has a ``qid`` column) for each wanted qid (-1 or absent: null)."""
+    qid = _numpy(table, "qid", np.int64)
+    row = np.full(int(qid.max()) + 1 if len(qid) else 0, -1, dtype=np.int64)
+    row[qid] = np.arange(len(qid))
+    ok = (idx >= 0) & (idx < len(row))
+    pos = np.where(ok, row[np.where(ok, idx, 0)] if len(row) else -1, -1)
+    return pa.array(pos, mask=pos < 0)
+
+
+def _gather(table: pa.Table, idx: np.ndarray) -> list[pa.Array]:
+    pos = _positions(table, idx)
+    names = [n for n in table.column_names if n.startswith("c") and n[1:].isdigit()]
+    return [table.column(n).take(pos).combine_chunks() if table.num_rows else
+            pa.nulls(len(idx), table.column(n).type) for n in names]
+
+
+def _compose(link: pa.Table, idx: np.ndarray) -> np.ndarray:
+    """Follow a (qid -> parent qid) link for each position in ``idx``; missing stays -1."""
+    qid, pq = _numpy(link, "qid", np.int64), _numpy(link, "pq", np.int64)
+    up = np.full(int(qid.max()) + 1 if len(qid) else 0, -1, dtype=np.int64)
+    up[qid] = pq
+    ok = (idx >= 0) & (idx < len(up))
+    return np.where(ok, up[np.where(ok, idx, 0)] if len(up) else -1, -1)
+
+
+def _segments(k: np.ndarray):
+    """Group id, group start and 'previous row in the same group' for rows sorted by group."""
+    n = len(k)
+    new = np.ones(n, dtype=bool)
+    new[1:] = k[1:] != k[:-1]
+    gid = np.cumsum(new) - 1
+    start = np.flatnonzero(new)[gid]
+    return gid, start
+
+
+def _arrow(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
+    rel = con.sql(sql)
+    return rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
+
+
+def _numpy(table: pa.Table, name: str, dtype=None) -> np.ndarray:
+    out = table.column(name).to_numpy(zero_copy_only=False)
+    return out if dtype is None else out.astype(dtype)
+
+
+def asof_positions(k: np.ndarray, t: np.ndarray, qk: np.ndarray, qt: np.ndarray) -> np.ndarray:
+    """For each query (qk, qt), the last row with k == qk and t <= qt among rows sorted by (k, t), or -1."""
+    if not len(k) or not len(qk):
+        return np.full(len(qk), -1, dtype=np.int64)
+    times, rank = np.unique(np.concatenate([t, qt]), return_inverse=True)
+    width = len(times) + 1
+    base = min(int(k.min()), int(qk.min()))
+    rows = (k - base) * width + rank[:len(k)]
+    wanted = (qk - base) * width + rank[len(k):]
+    pos = np.searchsorted(rows, wanted, side="right") - 1
+    ok = pos >= 0
+    ok[ok] = k[pos[ok]] == qk[ok]
+    return np.where(ok, pos, -1)
+
+
+_CHUNK = 16  # columns per 2-D scan: bounds the scratch memory of a wide child table
+
+
+def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str], pos: np.ndarray) -> dict:
+    """The running state of a child table sorted by (k, time order) after row ``pos[j]`` (-1: before any
+    row) for each query j: count, shifted sums and sums of squares, min, max, last value, number of
+    distinct values, mode, first and last time. Every scan is exact per group: nothing carries over
+    from one parent's rows to the next. Returns Arrow arrays, one entry per query."""
+    k = _numpy(df, "k", np.int64)
+    n = len(k)
+    gid, start = _segments(k)
+    idx = np.arange(n)
+    hit = pos >= 0
+    at = np.where(hit, pos, 0) if n else np.zeros(len(pos), dtype=np.int64)
+    out = {}
+
+    def keep(name, values, missing=None, rows=at):
+        """The state at the wanted rows only."""
+        if isinstance(values, _Categories):
+            code = np.where(hit, values.code[at], -1) if n else np.full(len(pos), -1)
+            out[name] = pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32), mask=code < 0), values.uniques)
+        else:
+            v = values[rows] if n else np.zeros(len(pos), dtype=values.dtype)
+            mask = ~hit if missing is None else ~hit | missing[rows] if n else ~hit
+            out[name] = pa.array(v, mask=mask)
+
+    keep("n", (idx - start + 1).astype(np.float64))
+    tl = _numpy(df, "__time", "datetime64[ns]")
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if n else np.zeros(0, dtype=np.int64)
+    first_timed = np.minimum.reduceat(np.where(~np.isnat(tl), idx, n), starts)[gid] if n else idx
+    keep("tl", tl, np.isnat(tl))  # rows without time sort first, so the latest known time is the row's own
+    tf = tl[np.minimum(first_timed, max(n - 1, 0))] if n else tl
+    keep("tf", tf, idx < first_timed)
+    scans = {"cumsum": {}, "cummin": {}, "cummax": {}}  # column name -> values, scanned per group in 2-D
+    # The scans are read at the query rows only: the rows are first reduced stretch by stretch, a stretch
+    # ending at a query row or a group's end, and only those partial results are scanned per group.
+    cuts = np.unique(np.r_[starts, pos[hit] + 1])
+    cuts = cuts[cuts < n]
+    stretch = np.searchsorted(cuts, at, side="right") - 1  # the stretch that ends at each query's row
+
+    def flush(how: str, at_least: int = 1) -> None:
+        """Exact per-group scans of the pending columns, a few at a time in one 2-D pass."""
+        cols = scans[how]
+        if len(cols) < at_least:
+            return
+        names = list(cols)
+        matrix = np.empty((n, len(names)), order="F")  # column by column: each column contiguous
+        for j, name in enumerate(names):
+            matrix[:, j] = cols.pop(name)
+        reduce = {"cumsum": np.add, "cummin": np.minimum, "cummax": np.maximum}[how]
+        parts = reduce.reduceat(matrix, cuts, axis=0) if n else matrix
+        del matrix
+        scanned = getattr(pd.DataFrame(parts, copy=False).groupby(gid[cuts], sort=False), how)().to_numpy()
+        for j, name in enumerate(names):
+            v = scanned[:, j]
+            keep(name, v, None if how == "cumsum" else np.isinf(v), rows=stretch)
+
+    for i, prims in need.items():
+        for how in scans:
+            flush(how, _CHUNK)
+        if dtypes[i] == "numeric":
+            x = _numpy(df, f"x{i}", np.float64)
+            ok = ~np.isnan(x)
+            if prims & {"sum", "mean", "std"}:
+                # shift by the group's first known value, so sums of squares keep their precision
+                first = np.minimum.reduceat(np.where(ok, idx, n), starts)[gid] if n else idx
+                m = np.where(first < n, x[np.minimum(first, max(n - 1, 0))], 0.0)
+                z = np.where(ok, x - m, 0.0)
+                keep(f"m{i}", m)
+                scans["cumsum"][f"n{i}"], scans["cumsum"][f"s{i}"] = ok.astype(np.float64), z
+                if "std" in prims:
+                    scans["cumsum"][f"q{i}"] = z * z
+            if "min" in prims:
+                scans["cummin"][f"mn{i}"] = np.where(ok, x, np.inf)
+            if "max" in prims:
+                scans["cummax"][f"mx{i}"] = np.where(ok, x, -np.inf)
+            if "last" in prims:
+                keep(f"l{i}", x, ~ok)
+        else:
+            code, uniques = _codes(df.column(f"x{i}"))
+            if "last" in prims:
+                keep(f"l{i}", _Categories(code, uniques))
+            if prims & {"mode", "num_unique"}:
+                order = np.lexsort((idx, code, gid))
+                sg, sc = gid[order], code[order]
+                new = np.ones(n, dtype=bool)
+                new[1:] = (sg[1:] != sg[:-1]) | (sc[1:] != sc[:-1])
+                run_start = np.maximum.accumulate(np.where(new, np.arange(n), 0)) if n else new
+                cnt = np.empty(n, dtype=np.int64)
+                cnt[order] = np.arange(n) - run_start + 1  # running count of the row's value
+                cnt[code < 0] = 0
+                if "num_unique" in prims:
+                    scans["cumsum"][f"u{i}"] = (cnt == 1).astype(np.float64)
+                if "mode" in prims and n:
+                    big = n + 1
+                    best = np.maximum.accumulate(cnt + gid * big) - gid * big  # running max count per group
+                    prev = np.where(idx > start, np.r_[0, best[:-1]], 0)
+                    record = cnt > prev  # this value's count beats every earlier count: it leads now
+                    last_rec = np.maximum.accumulate(np.where(record, idx, -1))
+                    mode_code = np.where(last_rec >= start, code[np.maximum(last_rec, 0)], -1)
+                    keep(f"mo{i}", _Categories(mode_code, uniques))
+                elif "mode" in prims:
+                    keep(f"mo{i}", _Categories(code, uniques))
+    for how in scans:
+        flush(how)
+    return out
+
+
+class _Categories:
+    """Category values as codes into a dictionary (-1: missing), kept as codes until they go to Arrow."""
+
+    def __init__(self, code: np.ndarray, uniques: pa.Array):
+        self.code, self.uniques = code, uniques
+
+
+def _codes(column) -> tuple[np.ndarray, pa.Array]:
+    """Codes (-1: missing) and dictionary of a string column."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not pa.types.is_dictionary(arr.type):
+        arr = pc.dictionary_encode(arr)
+    code = pc.fill_null(arr.indices.cast(pa.int64()), -1).to_numpy(zero_copy_only=False)
+    return code, arr.dictionary
