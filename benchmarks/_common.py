@@ -41,7 +41,7 @@ def load(label: str, task_name: str | None = None, max_val: int | None = None, f
     task_name = task_name or default_task
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
         cfg = compose("config", overrides=[f"dataset={name}", f"task={task_name}", "model=sage",
-                                           f"sampler.strategy={strategy}",
+                                           f"sampler.name={strategy}",
                                            f"sampler.fanouts=[{','.join(map(str, fanouts))}]"])
     db = load_dataset(name, **params)
     task = load_task(db, name, task_name)

@@ -40,13 +40,13 @@ def subsample(task: Task, max_train: int | None, max_val: int | None, sample_see
 
 
 def graph_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> GraphData:
-    graph = build_graph(db, cfg.graph.kind, fit_until=task.fit_until)
+    graph = build_graph(db, cfg.graph.name, fit_until=task.fit_until)
     seed_type = task.spec.entity_table
     hidden = set(task.hidden_columns)
     fks = {c.name for c in db.schema.table(seed_type).foreign_keys}
     hidden_etypes = frozenset(et[1] for et in graph.canonical_etypes
                               if et[2] == seed_type and any(et[1] == fk_relations(seed_type, c)[1] for c in hidden & fks))
-    sampler = TemporalSampler(graph, list(cfg.sampler.fanouts), cfg.sampler.strategy)
+    sampler = TemporalSampler(graph, list(cfg.sampler.fanouts), cfg.sampler.name)
     seed_features = graph.encoders[seed_type].transform(db.tables[seed_type], masked=hidden)
     return GraphData(
         graph=graph, sampler=sampler, seed_type=seed_type,

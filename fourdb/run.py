@@ -84,7 +84,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
     shared = None
     if model.input_kind == "graph":
-        inputs = {"graph": cfg.graph.kind, "sampler": dict(cfg.sampler), "engine": dict(cfg.engine) if cfg.get("engine") else None}
+        inputs = {"graph": cfg.graph.name, "sampler": dict(cfg.sampler), "engine": dict(cfg.engine) if cfg.get("engine") else None}
         key = inputs_key(cfg)
         if ctx.distributed or ddp.shared_manifest(shared_folder(cfg, out_dir), key):  # one copy per machine, mapped
             data, shared = ddp.shared_inputs(lambda: graph_inputs(cfg, db, task, splits), shared_folder(cfg, out_dir),

@@ -4,9 +4,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
 
-from fourdb.cli import CONF_DIR
+from conftest import config
 from fourdb.errors import FourdbError
 from fourdb.features import build_table_features
 from fourdb.features import dfs as D
@@ -296,11 +295,6 @@ def test_bad_config_is_a_clear_error(shop):
         D.compute_dfs(shop, "customers", seeds, depth=4)
     with pytest.raises(FourdbError, match="unknown primitive 'median'"):
         D.compute_dfs(shop, "customers", seeds, primitives=["mean", "median"])
-
-
-def config(*overrides):
-    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-        return compose("config", overrides=list(overrides))
 
 
 TASTE = ["dataset=synthetic", "dataset.params.size=150", "task=taste", "model=gbdt"]

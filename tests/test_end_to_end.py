@@ -6,18 +6,12 @@ import sys
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 
-from fourdb.cli import CONF_DIR
+from conftest import config
 from fourdb.run import run_experiment
 from fourdb.utils import NS_PER_DAY
 
 FAST = ["trainer.progress=false", "trainer.epochs=6", "trainer.patience=6", "trainer.batch_size=256"]
-
-
-def config(*overrides):
-    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-        return compose("config", overrides=list(overrides))
 
 
 def fourdb(*args, cwd):

@@ -9,9 +9,8 @@ import dgl
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
-from fourdb.cli import CONF_DIR
+from conftest import config
 from fourdb.engine.config import EngineConfig
 from fourdb.engine.layerwise import layerwise_inference
 from reference import full_graph_forward
@@ -19,11 +18,6 @@ from fourdb.engine.source import GraphSource
 from fourdb.engine.pipeline import prefetch
 from fourdb.engine.store import BatchStore, StoreError, store_key, hot_budget_rows
 from fourdb.models import TaskInfo, create_model
-
-
-def config(*overrides):
-    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-        return compose("config", overrides=list(overrides))
 
 
 @pytest.fixture(scope="module")

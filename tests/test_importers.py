@@ -519,14 +519,10 @@ def test_import_then_validate_and_run(tmp_path, capsys):
 
     args = _folder_dataset([f"dataset={out}", "task=customer-churn"])
     assert args[0] == "dataset=folder" and args[2] == f"dataset.path='{out.resolve()}'"
-    from hydra import compose, initialize_config_dir
-
-    from fourdb.cli import CONF_DIR
+    from conftest import config
     from fourdb.run import run_experiment
 
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose("config", overrides=[*args, "model=gbdt"])
-    record = run_experiment(cfg)
+    record = run_experiment(config(*args, "model=gbdt"))
     assert record["dataset"] == "out" and record["task"] == "customer-churn"
     assert record["num_seeds"] == {"train": 150, "val": 25, "test": 25}
 

@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
 
-from fourdb.cli import CONF_DIR
+from conftest import config
 from fourdb.errors import FourdbError
 from fourdb.leaderboard import RecordError, config_hash, read_board, submit_records, submit_run_dirs, validate_record
 from fourdb.leaderboard.external import external_record, load_test_split
@@ -37,8 +36,7 @@ def base_record():
     """One real run record (GBDT on the small synthetic shop)."""
     from fourdb.run import run_experiment
 
-    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-        cfg = compose("config", overrides=[*SMALL, "model=gbdt"])
+    cfg = config(*SMALL, "model=gbdt")
     return json.loads(json.dumps(run_experiment(cfg), default=str))
 
 
@@ -465,9 +463,7 @@ def test_engine_auto_records_the_mode_that_ran(tmp_path):
     """``engine=auto``: the record's ``engine.mode`` is the mode the cost model chose and training used."""
     from fourdb.run import run_experiment
 
-    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-        cfg = compose("config", overrides=[*SMALL, "model=sage", "graph=r2n", "engine=auto", "trainer.epochs=2",
-                                           "trainer.device=cpu"])
+    cfg = config(*SMALL, "model=sage", "graph=r2n", "engine=auto", "trainer.epochs=2", "trainer.device=cpu")
     record = run_experiment(cfg)
     engine = record["engine"]
     assert record["inputs"]["engine"]["mode"] == "auto"

@@ -5,10 +5,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from hydra import compose, initialize_config_dir
 from nbclient import NotebookClient
 
-from fourdb.cli import CONF_DIR
+from conftest import config
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -37,8 +36,7 @@ def test_leaderboard_analysis_runs(monkeypatch, tmp_path):
     from fourdb.run import run_experiment
 
     overrides = ["dataset=synthetic", "dataset.params.size=150", "task=taste", "model=gbdt", "trainer.progress=false"]
-    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-        record = json.loads(json.dumps(run_experiment(compose("config", overrides=overrides)), default=str))
+    record = json.loads(json.dumps(run_experiment(config(*overrides)), default=str))
     records = []
     for seed in range(3):
         r = copy.deepcopy(record)

@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
-from fourdb.cli import CONF_DIR
+from conftest import config
 from fourdb.engine import ddp
 from fourdb.engine.parallel import Profile, choose_nproc, predict, thread_factor
 from fourdb.run import run_experiment
@@ -22,11 +21,6 @@ from fourdb.run import run_experiment
 RUN = ["dataset=synthetic", "dataset.params.size=150", "task=taste", "model=sage", "sampler=recent", "trainer=ddp",
        "trainer.epochs=2", "trainer.patience=2", "trainer.batch_size=256", "trainer.progress=false",
        "trainer.checkpoint_every=4", "seed=0"]
-
-
-def config(*overrides):
-    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-        return compose("config", overrides=list(overrides))
 
 
 def fourdb(*args, cwd, env=None, timeout=240):
@@ -198,7 +192,10 @@ def test_joblib_sweep_runs_in_parallel_and_every_record_reaches_the_leaderboard(
 
 
 def test_cluster_launchers_are_configured():
+    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
+
+    from fourdb.cli import CONF_DIR
 
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
         ray = compose("config", overrides=["hydra/launcher=ray"], return_hydra_config=True)

@@ -369,7 +369,7 @@ def test_hidden_foreign_key_is_not_sampled_into_the_seed(orders_db, kind):
     rev = ("customers", "orders__customer_id__rev", "orders")
     task = materialize(TaskSpec.from_dict(dict(ORDERS_SPEC), "late.yaml"), orders_db)
     assert "customer_id" in task.hidden_columns
-    cfg = OmegaConf.create({"graph": {"kind": kind}, "sampler": {"fanouts": [4, 4], "strategy": "uniform"}})
+    cfg = OmegaConf.create({"graph": {"name": kind}, "sampler": {"fanouts": [4, 4], "name": "uniform"}})
     splits = {s: task.split(s) for s in ("train", "val", "test")}
     data = graph_inputs(cfg, orders_db, task, splits)
     assert data.hidden_etypes == frozenset({rev[1]})
@@ -431,7 +431,7 @@ def test_sampled_link_edges_carry_their_link_rows(synthetic_db):
     from fourdb.run import graph_inputs
 
     task = load_task(synthetic_db, "synthetic", "taste")
-    cfg = OmegaConf.create({"graph": {"kind": "r2ne"}, "sampler": {"fanouts": [4, 4], "strategy": "uniform"}})
+    cfg = OmegaConf.create({"graph": {"name": "r2ne"}, "sampler": {"fanouts": [4, 4], "name": "uniform"}})
     data = graph_inputs(cfg, synthetic_db, task, {s: task.split(s) for s in ("train", "val", "test")})
     source = GraphSource(data, 100)
     batch = source.sample("train", np.arange(100), np.random.default_rng(0))

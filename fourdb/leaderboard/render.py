@@ -66,7 +66,8 @@ def inputs_label(inputs: dict) -> str:
     if sampler:
         fanouts = sampler.get("fanouts")
         fanouts = "" if fanouts is None else str(list(fanouts) if isinstance(fanouts, (list, tuple)) else fanouts)
-        parts.append(f"{sampler.get('strategy', '?')} sampler {fanouts}".strip())
+        # the sampler's choice is its ``name`` (records before it was named so say ``strategy``)
+        parts.append(f"{sampler.get('name', sampler.get('strategy', '?'))} sampler {fanouts}".strip())
     engine = inputs.get("engine") or {}
     if engine:  # how batches are made and inference is run; its speed knobs stay out of the label
         parts.append(" ".join(str(x) for x in (engine.get("name"), "engine") if x))

@@ -1,0 +1,117 @@
+"""The layout a newcomer can carry on: packages depend in one direction only, and every extension is
+found by its registry (a model is one file plus one conf/model YAML)."""
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1] / "fourdb"
+# the data flow, earliest first: a module may import its own layer and earlier ones, never later ones
+LAYERS = [
+    ("fourdb", "fourdb.errors", "fourdb.utils", "fourdb.registry", "fourdb.contracts", "fourdb.metrics"),
+    ("fourdb.rdb",),
+    ("fourdb.datasets",),
+    ("fourdb.tasks",),
+    ("fourdb.rdb.importers",),  # a converted dataset's tasks are materialized once, so importers come after tasks
+    ("fourdb.features", "fourdb.graph"),
+    ("fourdb.engine",),
+    ("fourdb.models",),
+    ("fourdb.train",),
+    ("fourdb.inputs", "fourdb.certify"),
+    ("fourdb.launch", "fourdb.run"),
+    ("fourdb.leaderboard",),
+    ("fourdb.cli",),
+]
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imports() -> dict[str, set[str]]:
+    """Every fourdb module each module imports, at its top or inside a function alike."""
+    mods = modules()
+
+    def resolve(name: str) -> str:
+        while name not in mods:
+            name = name.rpartition(".")[0]
+        return name
+
+    edges = {}
+    for name, path in mods.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {resolve(a.name) for a in node.names if a.name.startswith("fourdb")}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fourdb"):
+                found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else resolve(node.module)
+                          for a in node.names}
+        edges[name] = found - {name}
+    return edges
+
+
+def layer(module: str) -> int:
+    best = max((p for group in LAYERS for p in group if module == p or module.startswith(p + ".")), key=len)
+    return next(i for i, group in enumerate(LAYERS) if best in group)
+
+
+def test_no_import_cycle():
+    edges = imports()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(edges[m]):
+            if state.get(n) == 1:
+                cycle = path[path.index(n):] + [n]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if n not in state:
+                visit(n, path + [n])
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_imports_follow_the_data_flow():
+    backwards = [f"{m} ({LAYERS[layer(m)][0]}) imports {n} ({LAYERS[layer(n)][0]})"
+                 for m, ns in imports().items() for n in ns if layer(n) > layer(m)]
+    assert not backwards, "\n".join(backwards)
+
+
+def test_a_cycle_is_caught(tmp_path, monkeypatch):
+    """The checks above can fail: two modules importing each other are reported."""
+    pkg = tmp_path / "fourdb"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from fourdb.b import x\n")
+    (pkg / "b.py").write_text("def f():\n    from fourdb.a import y\n")
+    monkeypatch.setattr(__import__(__name__), "ROOT", pkg)
+    with pytest.raises(pytest.fail.Exception, match="import cycle: fourdb.a -> fourdb.b -> fourdb.a"):
+        test_no_import_cycle()
+
+
+CONF = ROOT.parent / "conf"
+
+
+@pytest.mark.parametrize("group,registry", [("model", "fourdb.models:MODELS"), ("features", "fourdb.features:FEATURES"),
+                                            ("dataset", "fourdb.datasets:DATASETS"), ("graph", "fourdb.graph:GRAPHS"),
+                                            ("sampler", "fourdb.engine.sampler:STRATEGIES")])
+def test_every_config_choice_is_registered(group, registry):
+    """A conf/<group> YAML names its choice with ``name``, and the registry of that kind knows it (the
+    folder dataset aside: any database folder)."""
+    import importlib
+
+    module, attr = registry.split(":")
+    known = getattr(importlib.import_module(module), attr)
+    for path in sorted((CONF / group).glob("*.yaml")):
+        name = yaml.safe_load(path.read_text())["name"]
+        assert name == path.stem, path
+        if (group, name) != ("dataset", "folder"):
+            assert name in known, f"{path}: '{name}' is not a registered {known.kind}"
