@@ -182,6 +182,7 @@ def recommend(cfg, out_dir) -> ParallelPlan:
     spec = find_task(source, cfg.task)
     db = load_dataset(source, **(cfg.dataset.get("params") or {}))
     task = materialize(spec, db)
+    db = task.input_database(db)
     splits = subsample(task, cfg.get("max_train_seeds"), cfg.get("max_val_seeds"))
     info = TaskInfo(task.spec.task_type, task.num_classes, task.spec.metric)
     model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))

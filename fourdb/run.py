@@ -79,6 +79,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     spec = find_task(source, cfg.task)  # a bad task file fails before the database is loaded or built
     db = load_dataset(source, **(cfg.dataset.get("params") or {}))
     task = materialize(spec, db)
+    seen = task.input_database(db)  # what models may read: the task's removed columns are gone
     splits = subsample(task, cfg.get("max_train_seeds"), cfg.get("max_val_seeds"))
     info = TaskInfo(task.spec.task_type, task.num_classes, task.spec.metric)
     model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
@@ -87,13 +88,13 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
         inputs = {"graph": cfg.graph.name, "sampler": dict(cfg.sampler), "engine": dict(cfg.engine) if cfg.get("engine") else None}
         key = inputs_key(cfg)
         if ctx.distributed or ddp.shared_manifest(shared_folder(cfg, out_dir), key):  # one copy per machine, mapped
-            data, shared = ddp.shared_inputs(lambda: graph_inputs(cfg, db, task, splits), shared_folder(cfg, out_dir),
+            data, shared = ddp.shared_inputs(lambda: graph_inputs(cfg, seen, task, splits), shared_folder(cfg, out_dir),
                                              ctx, key)
             data.engine = graph_engine(cfg)
         else:
-            data = graph_inputs(cfg, db, task, splits)
+            data = graph_inputs(cfg, seen, task, splits)
     else:
-        data, inputs = table_inputs(cfg, db, task, splits), {"features": cfg.features.name}
+        data, inputs = table_inputs(cfg, seen, task, splits), {"features": cfg.features.name}
     trainer_cfg = TrainerConfig(**OmegaConf.to_container(cfg.trainer, resolve=True),
                                 checkpoint_dir=str(out_dir) if out_dir is not None else None,
                                 checkpoint_key=checkpoint_key(cfg))
@@ -127,7 +128,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     }
     certify_cfg = cfg.get("certify") or {}
     if certify_cfg.get("enabled") and not ctx.distributed:
-        record["certify"] = certify_run(cfg, model, db, task, splits, certify_cfg)
+        record["certify"] = certify_run(cfg, model, seen, task, splits, certify_cfg)
     if ctx.distributed:
         record["distributed"] = {"world_size": ctx.world, "backend": ctx.backend, "peak_memory_mb_per_rank": peaks,
                                  "shared_graph": shared, "restarts": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))}

@@ -231,7 +231,7 @@ def test_empty_split(synthetic_db):
 
 def test_bad_task_type_and_missing_keys():
     with pytest.raises(TaskError, match=r"t.yaml: task_type must be one of \('binary', 'multiclass', "
-                                        r"'regression'\), got 'ranking'"):
+                                        r"'regression', 'recommendation'\), got 'ranking'"):
         TaskSpec.from_dict(_taste_raw(task_type="ranking"), "t.yaml")
     with pytest.raises(TaskError, match="kind must be one of"):
         TaskSpec.from_dict(_taste_raw(kind="graph"), "t.yaml")
@@ -286,7 +286,8 @@ def test_every_built_in_task_file_loads(path):
 def test_unknown_keys_are_refused_with_a_suggestion(tmp_path):
     message = spec_error(_taste_raw(windw="7 days"))
     assert "t.yaml: unknown key 'windw' (did you mean 'window'?)" in message
-    assert "allowed: name, dataset, description, kind, task_type, metrics, timestamps, sanity, entity_table" in message
+    assert ("allowed: name, dataset, description, kind, task_type, metrics, timestamps, sanity, remove_columns, "
+            "entity_table, sql, window, output") in message
     # through a file: the path is named
     raw = {**ROW_SPEC, "timecolumn": "placed_at"}
     (tmp_path / "late.yaml").write_text(yaml.safe_dump(raw))
@@ -308,7 +309,7 @@ def test_unknown_timestamps_key():
     ts = {"val": "2020-10-01", "test": "2020-11-15", "stpe": "14 days"}
     message = spec_error(_taste_raw(timestamps=ts))
     assert "t.yaml, timestamps: unknown key 'stpe' (did you mean 'step'?)" in message
-    assert "(allowed: val, test, start, end, step, max_train_cutoffs)" in message
+    assert "(allowed: val, test, start, end, step, max_train_cutoffs, rule, num_eval_timestamps)" in message
 
 
 def test_yaml_null_means_not_set(tmp_path, synthetic_db):

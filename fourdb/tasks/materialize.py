@@ -1,0 +1,337 @@
+"""Materialize a task: run its SQL (or read its rows) at each cutoff, split strictly by time.
+
+The result is a frame with columns ``entity`` (the entity table's primary key value), ``node`` (its
+row number), ``cutoff``, ``label`` and ``split``; for a recommendation task ``label`` holds, per
+source, the row numbers of the destinations it links to in the window.
+
+Cutoffs (``timestamps.rule``), for the window kinds:
+
+* ``fourdb`` (default): training cutoffs step back from ``val - window`` (to ``start``), validation
+  cutoffs run from ``val`` while their window ends by ``test``, test cutoffs from ``test`` while their
+  window ends by ``end`` (default: the database's last time), every ``step``.
+* ``relbench``: as RelBench 3 lays them out: training from ``val - window`` back to the database's
+  first time (at least 3), validation and test ``num_eval_timestamps`` windows from ``val`` and
+  ``test`` (not past ``test - window`` and the last time minus a window); training and validation
+  labels are computed on the database cut at ``test``, and labels of entities positioned past the
+  rows known at ``test`` are dropped, so the labels equal the ones RelBench generates.
+
+Whatever the rule, a seed whose entity row is newer than its cutoff is dropped (it did not exist yet).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from fourdb.errors import TaskError
+from fourdb.rdb import Database
+from fourdb.rdb.schema import Schema, Table
+from fourdb.tasks.spec import TaskSpec, find_task
+
+log = logging.getLogger("fourdb")
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class Task:
+    """A materialized task: one row per (entity, cutoff) with its label and split."""
+
+    spec: TaskSpec
+    frame: pd.DataFrame
+    num_classes: int = 2
+    dropped: dict = field(default_factory=dict)  # split -> seeds dropped because their entity did not exist yet
+    hidden_columns: list[str] = field(default_factory=list)  # of the seed row, never shown to a model (row-column)
+    removed_columns: list[tuple[str, str]] = field(default_factory=list)  # (table, column) gone from every input
+
+    def split(self, name: str) -> pd.DataFrame:
+        return self.frame[self.frame["split"] == name].reset_index(drop=True)
+
+    @property
+    def fit_until(self) -> pd.Timestamp:
+        """Encoders and statistics are fitted on the rows known by then: the start of validation."""
+        return pd.Timestamp(self.spec.timestamps["val"])
+
+    def input_database(self, db: Database) -> Database:
+        """``db`` as models may see it: ``removed_columns`` dropped from its tables (labels are computed
+        from the whole database first)."""
+        if not self.removed_columns:
+            return db
+        gone: dict[str, set] = {}
+        for table, column in self.removed_columns:
+            gone.setdefault(table, set()).add(column)
+        tables, frames = [], {}
+        for t in db.schema.tables:
+            drop = gone.get(t.name, set())
+            for col in drop:
+                c = t.column(col)
+                if c.dtype in ("primary_key", "foreign_key") or col == t.time_column:
+                    raise TaskError(f"task '{self.spec.name}': cannot remove {t.name}.{col}, a key or the time column")
+            tables.append(Table(t.name, t.source, [c for c in t.columns if c.name not in drop], t.time_column,
+                                t.time_from, t.static, t.inherited_from))
+            frames[t.name] = db.tables[t.name].drop(columns=sorted(drop)) if drop else db.tables[t.name]
+        return Database(Schema(db.schema.name, tables, db.schema.on_dangling_foreign_key), frames, db.folder,
+                        db.notes)
+
+
+def cutoffs(spec: TaskSpec, db: Database) -> dict[str, list[pd.Timestamp]]:
+    """The cutoffs of each split of a window task, by ``spec.rule`` (see the module docstring)."""
+    ts = spec.timestamps
+    val, test = pd.Timestamp(ts["val"]), pd.Timestamp(ts["test"])
+    window, step = pd.Timedelta(spec.window), pd.Timedelta(ts["step"])
+    if spec.rule == "relbench":
+        return _relbench_cutoffs(spec, db, val, test, window)
+    end = pd.Timestamp(ts["end"]) if ts.get("end") else db.max_time
+    start = pd.Timestamp(ts["start"]) if ts.get("start") else None
+    train = []
+    t = val - window
+    while start is None or t >= start:
+        train.append(t)
+        t -= step
+        if len(train) >= int(ts.get("max_train_cutoffs", 1000)):
+            break
+    val_cuts = list(pd.date_range(val, test - window, freq=step))
+    test_cuts = list(pd.date_range(test, end - window, freq=step))
+    if not val_cuts or not test_cuts:
+        raise TaskError(f"task '{spec.name}': no room for a {spec.window} window between val, test and end ({end})")
+    return {"train": sorted(train), "val": val_cuts, "test": test_cuts}
+
+
+def _relbench_cutoffs(spec: TaskSpec, db: Database, val, test, window) -> dict[str, list[pd.Timestamp]]:
+    n = int(spec.timestamps.get("num_eval_timestamps", 1))
+    if test - val < window:
+        raise TaskError(f"task '{spec.name}': the window {spec.window} is longer than from val to test")
+    before_test = _known_at(db, test)
+    first, last_before, last = before_test.min_time, before_test.max_time, db.max_time
+    if val + window > last_before:
+        raise TaskError(f"task '{spec.name}': val + window ({val + window}) is after the last time up to test")
+    if test + window > last:
+        raise TaskError(f"task '{spec.name}': test + window ({test + window}) is after the database's last time")
+    train = list(pd.date_range(start=val - window, end=first, freq=-window))
+    if len(train) < 3:
+        raise TaskError(f"task '{spec.name}': {len(train)} training cutoffs back to the first time ({first}); "
+                        f"RelBench needs at least 3")
+    return {"train": sorted(train),
+            "val": list(pd.date_range(val, min(val + window * (n - 1), test - window), freq=window)),
+            "test": list(pd.date_range(test, min(test + window * (n - 1), last - window), freq=window))}
+
+
+def _known_at(db: Database, t) -> Database:
+    """RelBench's cut of a database at ``t``: rows of timed tables with a time after ``t`` or none are out."""
+    tables = {}
+    for table in db.schema.tables:
+        df = db.tables[table.name]
+        if table.time_column is not None:
+            df = df[df[table.time_column] <= t].reset_index(drop=True)
+        tables[table.name] = df
+    return Database(db.schema, tables, db.folder, db.notes)
+
+
+def materialize(spec: TaskSpec, db: Database) -> Task:
+    for name in (spec.entity_table, spec.destination_table):
+        if name is not None and name not in db.schema.table_names:
+            raise TaskError(f"task '{spec.name}': table '{name}' is not in the database")
+    for table, column in spec.remove_columns:
+        if table not in db.schema.table_names or column not in db.schema.table(table).column_names:
+            raise TaskError(f"task '{spec.name}': remove_columns names {table}.{column}, which is not in the database")
+    table = db.schema.table(spec.entity_table)
+    pk = table.primary_key
+    if pk is None:
+        raise TaskError(f"task '{spec.name}': table '{spec.entity_table}' has no primary key to predict for")
+    frame = {"entity_window": _materialize_window, "recommendation": _materialize_window,
+             "row_column": _materialize_row, "autocomplete": _materialize_column}[spec.kind](spec, db, pk)
+    frame = frame.dropna(subset=["label"])
+    if frame.duplicated(["entity", "cutoff"]).any():
+        first = frame[frame.duplicated(["entity", "cutoff"])].iloc[0]
+        raise TaskError(f"task '{spec.name}': the SQL yields two labels for entity {first['entity']!r} at {first['cutoff']}")
+    frame["node"] = _rows(db, spec.entity_table, frame["entity"])
+    if (frame["node"] < 0).any():
+        bad = frame.loc[frame["node"] < 0, "entity"].iloc[0]
+        raise TaskError(f"task '{spec.name}': entity {bad!r} is not a key of table '{spec.entity_table}'")
+    if spec.rule == "relbench":
+        frame = _relbench_dangling(spec, db, frame)
+    if spec.kind == "recommendation":
+        frame = _destinations(spec, db, frame)
+    dropped = {}
+    if spec.kind in ("entity_window", "recommendation"):
+        frame, dropped = _drop_unborn(spec, db, frame)
+    for name in SPLITS:
+        if not (frame["split"] == name).any():
+            raise TaskError(f"task '{spec.name}': the {name} split is empty; check timestamps")
+    num_classes = 2
+    if spec.task_type == "binary":
+        labels = set(np.unique(frame["label"]))
+        if not labels <= {0, 1}:
+            raise TaskError(f"task '{spec.name}': binary labels must be 0/1, got {sorted(labels)[:5]}")
+        frame["label"] = frame["label"].astype("int64")
+    elif spec.task_type == "multiclass":
+        frame["label"], classes = pd.factorize(frame["label"], sort=True)
+        num_classes = len(classes)
+    elif spec.task_type == "regression":
+        frame["label"] = frame["label"].astype("float64")
+    frame = frame.sort_values(["split", "cutoff", "node"], kind="stable").reset_index(drop=True)
+    hidden = [c for c in table.column_names if c not in spec.known_columns and c != pk] \
+        if spec.kind == "row_column" else []
+    removed = list(spec.remove_columns) + ([(table.name, spec.label)] if spec.kind == "autocomplete" else [])
+    task = Task(spec, frame[["entity", "node", "cutoff", "label", "label_known_at", "split"]], num_classes,
+                dropped, hidden, removed)
+    check_time_splits(task)
+    return task
+
+
+def _rows(db: Database, table: str, keys) -> np.ndarray:
+    """Row numbers of ``keys`` in ``table`` (-1: not a key)."""
+    return pd.Index(db.tables[table][db.schema.table(table).primary_key]).get_indexer(keys)
+
+
+def _materialize_window(spec: TaskSpec, db: Database, pk: str) -> pd.DataFrame:
+    """Run the SQL once per split over its cutoffs (``cutoffs(cutoff)`` and ``timestamps(timestamp)``)."""
+    cuts = cutoffs(spec, db)
+    names = {"entity": pk, "cutoff": "cutoff", "label": "label", **spec.output}
+    sql = spec.sql.replace("{window}", f"INTERVAL '{spec.window}'").replace("{timedelta}", str(pd.Timedelta(spec.window)))
+    before_test = _known_at(db, pd.Timestamp(spec.timestamps["test"])) if spec.rule == "relbench" else db
+    parts = []
+    for split, times in cuts.items():
+        con = (db if split == "test" else before_test).con
+        times = pd.to_datetime(times).astype("datetime64[ns]")
+        con.register("cutoffs", pd.DataFrame({"cutoff": times}))
+        con.register("timestamps", pd.DataFrame({"timestamp": times}))
+        try:
+            out = con.execute(sql).df()
+        except Exception as e:  # noqa: BLE001 - a broken task SQL is a user error
+            raise TaskError(f"task '{spec.name}': SQL failed: {str(e).splitlines()[0]}") from None
+        finally:
+            con.unregister("cutoffs")
+            con.unregister("timestamps")
+        missing = [c for c in names.values() if c not in out.columns]
+        if missing:
+            raise TaskError(f"task '{spec.name}': SQL must return columns {', '.join(names.values())}; "
+                            f"missing {missing}")
+        out = out[[names["entity"], names["cutoff"], names["label"]]]
+        out.columns = ["entity", "cutoff", "label"]
+        out["split"] = split
+        parts.append(out)
+    frame = pd.concat(parts, ignore_index=True)
+    frame["cutoff"] = pd.to_datetime(frame["cutoff"]).astype("datetime64[ns]")
+    frame["label_known_at"] = frame["cutoff"] + pd.Timedelta(spec.window)
+    return frame
+
+
+def _relbench_dangling(spec: TaskSpec, db: Database, frame: pd.DataFrame) -> pd.DataFrame:
+    """RelBench drops the labels of entities whose key (a row position there) is at or past the number of
+    entity rows known at ``test``, for every split."""
+    known = len(_known_at(db, pd.Timestamp(spec.timestamps["test"])).tables[spec.entity_table])
+    keys = pd.to_numeric(frame["entity"], errors="coerce")
+    return frame[~(keys >= known)].reset_index(drop=True)
+
+
+def _destinations(spec: TaskSpec, db: Database, frame: pd.DataFrame) -> pd.DataFrame:
+    """Each source's destination keys -> destination row numbers; keys not in the destination table are
+    dropped (under the RelBench rule, as RelBench does: positions past the rows known at ``test``), and so
+    are sources left with none (nothing to score)."""
+    if len(frame) and not frame["label"].map(lambda v: isinstance(v, (list, tuple, np.ndarray))).all():
+        raise TaskError(f"task '{spec.name}': a recommendation SQL must yield a LIST of destination keys as its "
+                        f"label (e.g. LIST(DISTINCT p.item_id))")
+    index = pd.Index(db.tables[spec.destination_table][db.schema.table(spec.destination_table).primary_key])
+    limit = len(_known_at(db, pd.Timestamp(spec.timestamps["test"])).tables[spec.destination_table]) \
+        if spec.rule == "relbench" else len(index)
+
+    def rows(keys):
+        r = index.get_indexer(list(keys)) if len(keys) else np.zeros(0, np.int64)
+        return np.unique(r[(r >= 0) & (r < limit)]).astype(np.int64)
+
+    frame = frame.assign(label=frame["label"].map(rows))
+    return frame[frame["label"].map(len) > 0].reset_index(drop=True)
+
+
+def _drop_unborn(spec: TaskSpec, db: Database, frame: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Drop seeds whose entity row is newer than their cutoff: the row did not exist yet, and its own
+    columns (or its mere presence) would give the label away. Rows without a time exist always."""
+    table = db.schema.table(spec.entity_table)
+    if table.time_column is None:
+        return frame, {}
+    born = db.tables[table.name][table.time_column].to_numpy()[frame["node"].to_numpy()]
+    unborn = ~np.isnat(born) & (born > frame["cutoff"].to_numpy())
+    if not unborn.any():
+        return frame, {}
+    dropped = {s: int(n) for s, n in frame.loc[unborn, "split"].value_counts().items()}
+    kept = frame[~unborn]
+    emptied = [s for s in ("train", "val", "test") if dropped.get(s) and not (kept["split"] == s).any()]
+    where = f"table '{table.name}' (time column {table.time_column})"
+    if emptied:
+        raise TaskError(f"task '{spec.name}': every {emptied[0]} seed's entity row in {where} is newer than its "
+                        f"cutoff ({dropped[emptied[0]]} dropped); the SQL yields entities before they exist")
+    log.warning("task '%s': dropped %s seeds whose entity row in %s is newer than the cutoff", spec.name,
+                ", ".join(f"{dropped.get(s, 0)} {s}" for s in ("train", "val", "test")), where)
+    return kept.reset_index(drop=True), dropped
+
+
+def _materialize_row(spec: TaskSpec, db: Database, pk: str) -> pd.DataFrame:
+    table = db.schema.table(spec.entity_table)
+    for col in [spec.cutoff_column, *spec.known_columns]:
+        if col not in table.column_names:
+            raise TaskError(f"task '{spec.name}': table '{table.name}' has no column '{col}'")
+    if table.time_column is None:
+        raise TaskError(f"task '{spec.name}': table '{table.name}' needs a time_column (when a row's label is known)")
+    where = f"WHERE {spec.where}" if spec.where else ""
+    sql = (f'SELECT "{pk}" AS entity, "{spec.cutoff_column}" AS cutoff, ({spec.label}) AS label, '
+           f'"{table.time_column}" AS label_known_at FROM "{table.name}" {where}')
+    try:
+        frame = db.sql(sql)
+    except Exception as e:  # noqa: BLE001
+        raise TaskError(f"task '{spec.name}': label SQL failed: {str(e).splitlines()[0]}") from None
+    for col in ("cutoff", "label_known_at"):
+        frame[col] = pd.to_datetime(frame[col]).astype("datetime64[ns]")
+    early = frame["label_known_at"] <= frame["cutoff"]
+    if early.any():
+        raise TaskError(
+            f"task '{spec.name}': row {frame.loc[early, 'entity'].iloc[0]!r} of '{table.name}' is known "
+            f"({table.time_column}) at or before its cutoff ({spec.cutoff_column}); its label would leak"
+        )
+    val, test = pd.Timestamp(spec.timestamps["val"]), pd.Timestamp(spec.timestamps["test"])
+    frame["split"] = np.where(frame["cutoff"] >= test, "test", np.where(frame["cutoff"] >= val, "val", "train"))
+    # a row belongs to a split only if its label is known before the next split begins
+    keep = ((frame["split"] == "train") & (frame["label_known_at"] < val)) | \
+           ((frame["split"] == "val") & (frame["label_known_at"] < test)) | (frame["split"] == "test")
+    return frame[keep]
+
+
+def _materialize_column(spec: TaskSpec, db: Database, pk: str) -> pd.DataFrame:
+    """Autocomplete: every row of the table with a value in the column, asked at the row's own time: train
+    up to ``val``, validation after it up to ``test``, test after ``test`` (RelBench's split)."""
+    table = db.schema.table(spec.entity_table)
+    if spec.label not in table.column_names:
+        raise TaskError(f"task '{spec.name}': table '{table.name}' has no column '{spec.label}'")
+    if table.time_column is None:
+        raise TaskError(f"task '{spec.name}': table '{table.name}' needs a time column: a row is asked at its time")
+    df = db.tables[table.name]
+    frame = pd.DataFrame({"entity": df[pk].to_numpy(), "cutoff": df[table.time_column].to_numpy(),
+                          "label": df[spec.label].to_numpy()})
+    frame = frame[frame["cutoff"].notna()]
+    val, test = pd.Timestamp(spec.timestamps["val"]), pd.Timestamp(spec.timestamps["test"])
+    frame["split"] = np.where(frame["cutoff"] > test, "test", np.where(frame["cutoff"] > val, "val", "train"))
+    frame["cutoff"] = frame["cutoff"].astype("datetime64[ns]")
+    frame["label_known_at"] = frame["cutoff"]  # known with the row; the column is removed from every input
+    return frame
+
+
+def check_time_splits(task: Task) -> None:
+    """Refuse a task whose splits overlap in time: no training label may come from val time or later."""
+    ts = task.spec.timestamps
+    val, test = pd.Timestamp(ts["val"]), pd.Timestamp(ts["test"])
+    f = task.frame
+    train, valid = f[f["split"] == "train"], f[f["split"] == "val"]
+    # an autocomplete row is asked at its own time, which may be val itself (RelBench's (.., val] split)
+    at_val = task.spec.kind == "autocomplete"
+    if len(train) and (train["cutoff"].max() > val if at_val else train["cutoff"].max() >= val) \
+            or len(train) and train["label_known_at"].max() > val:
+        raise TaskError(f"task '{task.spec.name}': a training label comes from the validation period")
+    inside = (valid["cutoff"].min() > val and valid["cutoff"].max() <= test) if at_val else \
+        (valid["cutoff"].min() >= val and valid["cutoff"].max() < test)
+    if len(valid) and not inside:
+        raise TaskError(f"task '{task.spec.name}': validation cutoffs fall outside the validation period")
+
+
+def load_task(db: Database, dataset: str, task: str) -> Task:
+    return materialize(find_task(dataset, task), db)
