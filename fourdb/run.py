@@ -24,7 +24,7 @@ from fourdb.rdb.fingerprint import database_fingerprint
 from fourdb.tasks import find_task, materialize
 from fourdb.metrics import evaluate
 from fourdb.train.trainer import TrainerConfig
-from fourdb.utils import environment as utils_environment, atomic_write_text, stable_hash
+from fourdb.utils import environment as utils_environment, atomic_output, atomic_write_text, stable_hash
 
 log = logging.getLogger("fourdb")
 RECORD_VERSION = 1
@@ -50,6 +50,24 @@ def checkpoint_key(cfg: DictConfig) -> str:
     for k in RESUMABLE_ACROSS:
         (conf.get("trainer") or {}).pop(k, None)
     return stable_hash(conf)
+
+
+PREDICTIONS = "predictions.parquet"  # a run's test predictions, beside its record
+
+
+def save_predictions(path: Path, db, task, test: pd.DataFrame, scores) -> None:
+    """The test split's keys (``entity``, ``cutoff``) and ``prediction``: P(label=1) for binary, the value
+    for regression, class probabilities for multiclass, and for recommendation the destination keys in
+    the order predicted. What ``fourdb export`` turns into another benchmark's prediction table."""
+    if task.spec.task_type == "recommendation":
+        dst = db.schema.table(task.spec.destination_table)
+        keys = db.tables[dst.name][dst.primary_key].to_numpy()
+        scores = [keys[np.asarray(row, np.int64)].tolist() for row in scores]
+    elif task.spec.task_type == "multiclass":
+        scores = [np.asarray(row, float).tolist() for row in scores]
+    out = pd.DataFrame({"entity": test["entity"].to_numpy(), "cutoff": test["cutoff"].to_numpy(), "prediction": scores})
+    with atomic_output(path) as tmp:
+        out.to_parquet(tmp, index=False)
 
 
 def certify_run(cfg: DictConfig, model, db, task, splits: dict, options) -> dict:
@@ -109,7 +127,8 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
         shutil.rmtree(shared["folder"], ignore_errors=True)
     if ctx.distributed and not ctx.main:
         return None
-    metrics = {s: evaluate(task.spec.metrics, splits[s]["label"].to_numpy(), predictions[s]) for s in SPLITS}
+    y_train = task.split("train")["label"].to_numpy()  # a metric scaled by the training labels takes them all
+    metrics = {s: evaluate(task.spec.metrics, splits[s]["label"].to_numpy(), predictions[s], y_train) for s in SPLITS}
     record = {
         "record_version": RECORD_VERSION,
         "dataset": dataset, "task": task.spec.name, "task_spec_hash": task.spec.spec_hash,
@@ -139,6 +158,9 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
         log.info("parallel auto: %d rank(s), predicted epoch %.2f s; measured %s", ctx.world,
                  plan["predicted_epoch_s"].get(str(ctx.world), plan["predicted_epoch_s"].get(ctx.world, float("nan"))),
                  ", ".join(f"{s:.2f} s" for s in measured))
+    if out_dir is not None:
+        save_predictions(Path(out_dir) / PREDICTIONS, db, task, splits["test"], predictions["test"])
+        record["predictions"] = PREDICTIONS
     if out_dir is not None:
         atomic_write_text(Path(out_dir) / "record.json", json.dumps(record, indent=2, default=str))
     return record

@@ -152,7 +152,7 @@ def external_record(path: str | Path, method: str, dataset: str, task: str, seed
         raise RecordError("--method: give the method a name")
     db, t, test = _load(dataset, task, params)
     preds = read_predictions(path, t, test)
-    metrics = evaluate(t.spec.metrics, test["label"].to_numpy(), preds)
+    metrics = evaluate(t.spec.metrics, test["label"].to_numpy(), preds, t.split("train")["label"].to_numpy())
     n = int(len(test))
     return {
         "record_version": SCHEMA_VERSIONS[-1],

@@ -59,6 +59,7 @@ FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "fit_seconds": (NUMBER + NONE, False),
     "history": ((list,), False),
     "predictions_sha256": (STR, False),
+    "predictions": (STR, False),  # the run folder's test predictions file
     "config_hash": (STR, False),
     "submitted_at": (STR, False),
 }

@@ -162,7 +162,7 @@ class Trainer:
                     save(epoch, step + 1, epoch_rng)
             bar.close()
             skip = 0
-            val_score = compute(self.metric, y_val, self.predict(module, source, "val"))
+            val_score = compute(self.metric, y_val, self.predict(module, source, "val"), source.labels("train"))
             self.history.append({"epoch": epoch + 1, "loss": float(np.mean(losses)) if losses else float("nan"),
                                  f"val_{self.metric}": val_score, "seconds": time.perf_counter() - start})
             losses = []
