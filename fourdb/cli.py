@@ -1,4 +1,4 @@
-"""The ``fourdb`` command: run (a Hydra app), validate, datasets, leaderboard."""
+"""The ``fourdb`` command: run (a Hydra app), validate, import, export, datasets, leaderboard."""
 from __future__ import annotations
 
 import argparse
@@ -161,6 +161,24 @@ def _datasets(args) -> int:
     return 0
 
 
+def _export(args) -> int:
+    from fourdb.export import export_predictions
+
+    for line in export_predictions(args.run_dir, args.out, args.format):
+        print(line)
+    return 0
+
+
+def _export_dataset(args) -> int:
+    from fourdb.export import export_dataset
+    from fourdb.leaderboard.cli import _params  # KEY=VALUE as `fourdb leaderboard template` reads them
+
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
+    for line in export_dataset(args.dataset, args.out, _params(args.dataset_param), tasks):
+        print(line)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "run":
@@ -187,6 +205,18 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_validate)
     p = sub.add_parser("datasets", help="list the built-in databases and their tasks")
     p.set_defaults(func=_datasets)
+    p = sub.add_parser("export", help="write a run's test predictions as a RelBench prediction table (CSV)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (record.json and predictions.parquet)")
+    p.add_argument("--format", default="relbench", help="the table's format: relbench (default)")
+    p.add_argument("--out", required=True, metavar="FILE.csv")
+    p.set_defaults(func=_export)
+    p = sub.add_parser("export-dataset", help="write a database and its tasks as a RelBench 3 dataset folder")
+    p.add_argument("dataset", metavar="DATASET", help="a built-in dataset or a database folder")
+    p.add_argument("--out", required=True, metavar="FOLDER", help="folder to write (new, empty or an earlier export)")
+    p.add_argument("--tasks", metavar="A,B", help="these tasks (names or task files) only (default: all)")
+    p.add_argument("--dataset-param", action="append", metavar="KEY=VALUE",
+                   help="a built-in dataset parameter, e.g. size=150 (repeatable)")
+    p.set_defaults(func=_export_dataset)
     from fourdb.leaderboard.cli import add_parser as add_leaderboard
 
     add_leaderboard(sub)

@@ -12,6 +12,8 @@ from fourdb.engine.config import EngineConfig
 from fourdb.engine.data import GraphData
 from fourdb.engine.sampler import TemporalSampler
 from fourdb.features import TableData, build_table_features
+from fourdb.features.interactions import RecData, rec_data
+from fourdb.features.pairs import pair_data
 from fourdb.graph import build_graph
 from fourdb.graph.build import fk_relations
 from fourdb.tasks import Task
@@ -79,3 +81,31 @@ def table_inputs(cfg: DictConfig, db, task: Task, splits: dict) -> TableData:
     params = {k: v for k, v in OmegaConf.to_container(cfg.features, resolve=True).items() if k != "name"}
     return TableData(build_table_features(cfg.features.name, db, task, splits, **params),
                      {s: splits[s]["label"].to_numpy() for s in ("train", "val")})
+
+
+def rec_inputs(cfg: DictConfig, db, task: Task, splits: dict, kind: str) -> RecData:
+    """A recommendation run's inputs: the link history and seeds; for a ranking model (``pairs``) also its
+    candidates' pair features from the run's feature set; for a GNN the graph."""
+    data = rec_data(db, task, splits)
+    if kind == "pairs":
+        params = {k: v for k, v in OmegaConf.to_container(cfg.features, resolve=True).items() if k != "name"}
+        data = pair_data(data, db, task, splits, cfg.features.name, **params)
+    elif kind == "graph":
+        data.graph = graph_inputs(cfg, db, task, splits)
+    return data
+
+
+def run_inputs(cfg: DictConfig, db, task: Task, splits: dict, kind: str):
+    """The inputs a model of ``kind`` (its ``input_kind``) reads, and how the run record names them."""
+    if task.spec.task_type == "recommendation":
+        data = rec_inputs(cfg, db, task, splits, kind)
+        label = {"features": cfg.features.name} if kind == "pairs" else {"features": "history"} \
+            if kind == "interactions" else graph_label(cfg)
+        return data, label
+    if kind == "graph":
+        return graph_inputs(cfg, db, task, splits), graph_label(cfg)
+    return table_inputs(cfg, db, task, splits), {"features": cfg.features.name}
+
+
+def graph_label(cfg: DictConfig) -> dict:
+    return {"graph": cfg.graph.name, "sampler": dict(cfg.sampler), "engine": dict(cfg.engine) if cfg.get("engine") else None}

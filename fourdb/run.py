@@ -18,7 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from fourdb.datasets import load_dataset
 from fourdb.engine import ddp
 from fourdb.launch import PLAN_ENV
-from fourdb.inputs import SPLITS, graph_engine, graph_inputs, inputs_key, shared_folder, subsample, table_inputs  # noqa: F401
+from fourdb.inputs import (SPLITS, graph_engine, graph_inputs, graph_label, inputs_key, run_inputs,  # noqa: F401
+                           shared_folder, subsample, table_inputs)
 from fourdb.models import TaskInfo, create_model
 from fourdb.rdb.fingerprint import database_fingerprint
 from fourdb.tasks import find_task, materialize
@@ -75,7 +76,7 @@ def certify_run(cfg: DictConfig, model, db, task, splits: dict, options) -> dict
     from fourdb.certify import certify
 
     def build(db_, splits_):
-        return graph_inputs(cfg, db_, task, splits_) if model.input_kind == "graph" else table_inputs(cfg, db_, task, splits_)
+        return run_inputs(cfg, db_, task, splits_, model.input_kind)[0]
 
     start = time.perf_counter()
     out = certify(build, model, db, task, splits, int(options.get("groups", 3)), int(options.get("max_seeds", 200)),
@@ -102,8 +103,8 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     info = TaskInfo(task.spec.task_type, task.num_classes, task.spec.metric)
     model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
     shared = None
-    if model.input_kind == "graph":
-        inputs = {"graph": cfg.graph.name, "sampler": dict(cfg.sampler), "engine": dict(cfg.engine) if cfg.get("engine") else None}
+    if model.input_kind == "graph" and task.spec.task_type != "recommendation":
+        inputs = graph_label(cfg)
         key = inputs_key(cfg)
         if ctx.distributed or ddp.shared_manifest(shared_folder(cfg, out_dir), key):  # one copy per machine, mapped
             data, shared = ddp.shared_inputs(lambda: graph_inputs(cfg, seen, task, splits), shared_folder(cfg, out_dir),
@@ -112,7 +113,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
         else:
             data = graph_inputs(cfg, seen, task, splits)
     else:
-        data, inputs = table_inputs(cfg, seen, task, splits), {"features": cfg.features.name}
+        data, inputs = run_inputs(cfg, seen, task, splits, model.input_kind)
     trainer_cfg = TrainerConfig(**OmegaConf.to_container(cfg.trainer, resolve=True),
                                 checkpoint_dir=str(out_dir) if out_dir is not None else None,
                                 checkpoint_key=checkpoint_key(cfg))

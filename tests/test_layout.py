@@ -20,7 +20,7 @@ LAYERS = [
     ("fourdb.train",),
     ("fourdb.inputs", "fourdb.certify"),
     ("fourdb.launch", "fourdb.run"),
-    ("fourdb.leaderboard",),
+    ("fourdb.leaderboard", "fourdb.export"),  # both read run records, tasks and databases
     ("fourdb.cli",),
 ]
 

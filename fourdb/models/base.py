@@ -94,4 +94,9 @@ def register_model(name: str):
 
 
 def create_model(name: str, info: TaskInfo, seed: int = 0, **params) -> Model:
-    return MODELS.get(name)(info, seed=seed, **params)
+    """Model ``name`` for a task of ``info``; on a recommendation task a tabular model ranks candidate
+    pairs (the ``pair_ranker`` around it)."""
+    cls = MODELS.get(name)
+    if info.task_type == "recommendation" and cls.input_kind == "table":
+        return MODELS.get("pair_ranker")(info, seed=seed, inner=name, **params)
+    return cls(info, seed=seed, **params)

@@ -201,6 +201,11 @@ class Database:
         times = [self.tables[t.name][t.time_column].max() for t in self.schema.tables if t.time_column]
         return max(times) if times else pd.Timestamp.max
 
+    @property
+    def min_time(self) -> pd.Timestamp:
+        times = [self.tables[t.name][t.time_column].min() for t in self.schema.tables if t.time_column]
+        return min(times) if times else pd.Timestamp.min
+
     @staticmethod
     def time_label(t: Table) -> str:
         """When a table's rows become known: its time column, the parents it inherits from, or static."""

@@ -186,36 +186,51 @@ def _rows(db: Database, table: str, keys) -> np.ndarray:
 
 
 def _materialize_window(spec: TaskSpec, db: Database, pk: str) -> pd.DataFrame:
-    """Run the SQL once per split over its cutoffs (``cutoffs(cutoff)`` and ``timestamps(timestamp)``)."""
-    cuts = cutoffs(spec, db)
-    names = {"entity": pk, "cutoff": "cutoff", "label": "label", **spec.output}
-    sql = spec.sql.replace("{window}", f"INTERVAL '{spec.window}'").replace("{timedelta}", str(pd.Timedelta(spec.window)))
+    """Run the SQL once per split over its cutoffs; under the RelBench rule training and validation
+    labels come from the database cut at ``test``."""
     before_test = _known_at(db, pd.Timestamp(spec.timestamps["test"])) if spec.rule == "relbench" else db
-    parts = []
-    for split, times in cuts.items():
-        con = (db if split == "test" else before_test).con
-        times = pd.to_datetime(times).astype("datetime64[ns]")
-        con.register("cutoffs", pd.DataFrame({"cutoff": times}))
-        con.register("timestamps", pd.DataFrame({"timestamp": times}))
-        try:
-            out = con.execute(sql).df()
-        except Exception as e:  # noqa: BLE001 - a broken task SQL is a user error
-            raise TaskError(f"task '{spec.name}': SQL failed: {str(e).splitlines()[0]}") from None
-        finally:
-            con.unregister("cutoffs")
-            con.unregister("timestamps")
-        missing = [c for c in names.values() if c not in out.columns]
-        if missing:
-            raise TaskError(f"task '{spec.name}': SQL must return columns {', '.join(names.values())}; "
-                            f"missing {missing}")
-        out = out[[names["entity"], names["cutoff"], names["label"]]]
-        out.columns = ["entity", "cutoff", "label"]
-        out["split"] = split
-        parts.append(out)
-    frame = pd.concat(parts, ignore_index=True)
-    frame["cutoff"] = pd.to_datetime(frame["cutoff"]).astype("datetime64[ns]")
-    frame["label_known_at"] = frame["cutoff"] + pd.Timedelta(spec.window)
-    return frame
+    parts = [window_labels(spec, db if split == "test" else before_test, times).assign(split=split)
+             for split, times in cutoffs(spec, db).items()]
+    return pd.concat(parts, ignore_index=True)
+
+
+def window_labels(spec: TaskSpec, db: Database, times) -> pd.DataFrame:
+    """The task's SQL at ``times`` (registered as ``cutoffs(cutoff)`` and ``timestamps(timestamp)``):
+    ``entity``, ``cutoff``, ``label`` and ``label_known_at`` (when the window closes)."""
+    names = {"entity": db.schema.table(spec.entity_table).primary_key, "cutoff": "cutoff", "label": "label",
+             **spec.output}
+    sql = spec.sql.replace("{window}", f"INTERVAL '{spec.window}'").replace("{timedelta}", str(pd.Timedelta(spec.window)))
+    con = db.con
+    times = pd.to_datetime(pd.Series(list(times), dtype="datetime64[ns]")).astype("datetime64[ns]")
+    con.register("cutoffs", pd.DataFrame({"cutoff": times}))
+    con.register("timestamps", pd.DataFrame({"timestamp": times}))
+    try:
+        out = con.execute(sql).df()
+    except Exception as e:  # noqa: BLE001 - a broken task SQL is a user error
+        raise TaskError(f"task '{spec.name}': SQL failed: {str(e).splitlines()[0]}") from None
+    finally:
+        con.unregister("cutoffs")
+        con.unregister("timestamps")
+    missing = [c for c in names.values() if c not in out.columns]
+    if missing:
+        raise TaskError(f"task '{spec.name}': SQL must return columns {', '.join(names.values())}; "
+                        f"missing {missing}")
+    out = out[[names["entity"], names["cutoff"], names["label"]]]
+    out.columns = ["entity", "cutoff", "label"]
+    out["cutoff"] = pd.to_datetime(out["cutoff"]).astype("datetime64[ns]")
+    out["label_known_at"] = out["cutoff"] + pd.Timedelta(spec.window)
+    return out
+
+
+def past_links(task: "Task", db: Database) -> pd.DataFrame:
+    """A recommendation task's links as the database shows them, window by window at every cutoff of
+    the task: ``node`` (source row), ``dst`` (destination rows) and ``known`` (when the window closes). A
+    model may use a link once it is known: these are the database's past, read with the task's SQL, not
+    the label table (so later test seeds see the weeks after the first test cutoff too)."""
+    frame = window_labels(task.spec, db, np.unique(task.frame["cutoff"].to_numpy()))
+    frame["node"] = _rows(db, task.spec.entity_table, frame["entity"])
+    frame = _destinations(task.spec, db, frame[frame["node"] >= 0].assign(split="links"))
+    return frame.rename(columns={"label": "dst", "label_known_at": "known"})[["node", "dst", "known"]]
 
 
 def _relbench_dangling(spec: TaskSpec, db: Database, frame: pd.DataFrame) -> pd.DataFrame:

@@ -12,7 +12,10 @@
 * a folder in 4DBInfer's format (``metadata.yaml`` with ``dataset_name``, ``tables`` and ``tasks``):
   its declared columns, keys and time columns are converted, and its tasks that predict one value per
   row at a time become row-column task files in ``DIR/tasks/``.
-* a folder in RelBench's layout (``db/<table>.parquet``, keys and time column in each file's parquet
+* a RelBench 3 folder (``manifest.yaml``, ``db/<table>.parquet``, ``tasks/<task>/manifest.yaml``): keys and
+  time columns from the manifest; forecast tasks keep their SQL and RelBench's cutoffs, autocomplete tasks
+  become fourdb's, and external tasks' shipped labels are converted as below (see ``relbench3``).
+* a folder in the older RelBench layout (``db/<table>.parquet``, keys and time column in each file's parquet
   metadata), with its node tasks (``tasks/<task>/{train,val,test}.parquet``) converted the same way.
 
 A converted task's rows become a table of the database (``task_<name>``: one row per sample with its
@@ -25,8 +28,8 @@ A table left without a time column that references timed tables (the lines of da
 ``time_from``: its rows take the latest time of the parent rows they point to, so they cannot leak.
 
 Each format is a module of this package that registers a ``Format`` in ``IMPORTERS``. A folder is offered to
-the folder formats and a file to the file formats, in their declared order (folders: 4dbinfer, then relbench;
-files: sqlite, then duckdb), and the first that recognises it reads it.
+the folder formats and a file to the file formats, in their declared order (folders: 4dbinfer, relbench3,
+then relbench; files: sqlite, then duckdb), and the first that recognises it reads it.
 
 Everything is written to a temporary folder beside ``out``, loaded back through ``Database.load``
 (so the result passes ``fourdb validate``), and only then renamed to ``out``.

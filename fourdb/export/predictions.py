@@ -1,0 +1,77 @@
+"""A run's test predictions (``predictions.parquet`` in its folder) as another benchmark's prediction table.
+
+``relbench``: a RelBench 3 prediction table (CSV): the task's key columns (entity, cutoff; named as
+``fourdb export-dataset`` names them) and the prediction column (P(label = 1) for binary tasks, the value
+for regression, for recommendation a JSON list of the destinations predicted), keys mapped to RelBench's
+positions as the exported dataset has them. ``relbench.submit.evaluate_task`` scores it against a dataset
+folder holding the same test rows: one ``fourdb export-dataset`` wrote, or the RelBench folder a
+database was imported from.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fourdb.datasets import load_dataset
+from fourdb.errors import FourdbError
+from fourdb.export.keys import positions
+from fourdb.export.tasks import column_names
+from fourdb.rdb.fingerprint import database_fingerprint
+from fourdb.tasks import WINDOW_KINDS, find_task
+from fourdb.utils import atomic_output
+
+FORMATS = ("relbench",)
+
+
+def export_predictions(run_dir: str | Path, out: str | Path, fmt: str = "relbench") -> list[str]:
+    """Write the run's test predictions to ``out``; returns what was done, a line each."""
+    if fmt not in FORMATS:
+        raise FourdbError(f"unknown export format '{fmt}' (choose from {', '.join(FORMATS)})")
+    run = Path(run_dir)
+    if not (run / "record.json").is_file():
+        raise FourdbError(f"{run_dir}: no record.json, so not a run folder")
+    record = json.loads((run / "record.json").read_text())
+    path = run / str(record.get("predictions"))
+    if "predictions" not in record or not path.is_file():
+        raise FourdbError(f"{run_dir}: no predictions.parquet (test predictions); runs save them beside their "
+                          f"record.json, so run it again")
+    if record.get("task_type") == "multiclass":
+        raise FourdbError(f"{run_dir}: a multiclass task, and RelBench has no evaluator for those")
+    cfg = record["config"]
+    source = cfg["dataset"].get("path") or cfg["dataset"]["name"]
+    spec = find_task(source, cfg["task"])
+    if spec.spec_hash != record.get("task_spec_hash"):
+        raise FourdbError(f"{run_dir}: task '{spec.name}' has changed since the run, so its test rows may have too")
+    db = load_dataset(source, **(cfg["dataset"].get("params") or {}))
+    if database_fingerprint(db) != record.get("database_fingerprint"):
+        raise FourdbError(f"{run_dir}: database '{record['dataset']}' has changed since the run")
+    preds = pd.read_parquet(path)
+    if preds.duplicated(["entity", "cutoff"]).any() or len(preds) != record["num_seeds"]["test"]:
+        raise FourdbError(f"{path}: expected {record['num_seeds']['test']} test rows, each once; "
+                          f"got {len(preds)} ({int(preds.duplicated(['entity', 'cutoff']).sum())} repeated)")
+    pos = positions(db)
+    names = column_names(spec, db.schema)
+    entity = pos.of(spec.entity_table, preds["entity"])
+    if (entity < 0).any():
+        bad = preds["entity"][entity < 0].iloc[0]
+        raise FourdbError(f"{path}: entity {bad!r} is not a key of table '{spec.entity_table}'")
+    table = pd.DataFrame({names["entity"]: entity,
+                          names["cutoff"]: pd.to_datetime(preds["cutoff"]).astype("datetime64[ns]")})
+    if spec.task_type == "recommendation":
+        table[names["label"]] = [json.dumps(pos.of(spec.destination_table, list(keys))[:spec.eval_k].tolist())
+                                 for keys in preds["prediction"]]
+    else:
+        table[names["label"]] = preds["prediction"].to_numpy(dtype=float)
+    table = table.sort_values([names["cutoff"], names["entity"]], kind="stable")
+    with atomic_output(out) as tmp:
+        table.to_csv(tmp, index=False)
+    lines = [f"wrote {out}: {len(table)} test predictions of {record['dataset']}/{spec.name} "
+             f"({', '.join(table.columns)})"]
+    if spec.kind in WINDOW_KINDS and spec.rule != "relbench":
+        lines.append(f"note: task '{spec.name}' lays out its cutoffs by fourdb's rule; its RelBench version "
+                     f"(fourdb export-dataset) has RelBench's, so this file scores against it only where both "
+                     f"give the same test rows")
+    return lines

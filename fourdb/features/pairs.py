@@ -1,0 +1,86 @@
+"""(seed, candidate) pairs for ranking models: a recommendation task as a binary task over pairs.
+
+Each seed (source, cutoff) gets ``candidates`` destinations: its own past destinations, then the most
+popular ones, as of the cutoff (``fourdb.features.interactions.repeat_score``). A pair is labelled 1 when
+the candidate is among the seed's true destinations. Its features: the source's row at the cutoff and
+the candidate's row at the cutoff, each through the run's feature set (single-table columns, or DFS),
+and what the history says of the pair: how often and how recently the source linked to it, and how
+popular it is (in the last window and ever), all as of the cutoff.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from fourdb.features.base import TableData, build_table_features
+from fourdb.features.columns import EncodedTable
+from fourdb.features.interactions import RecData, repeat_score
+from fourdb.rdb import Database
+from fourdb.tasks import Task
+
+MIN_CANDIDATES = 50
+
+
+def pair_data(data: RecData, db: Database, task: Task, splits: dict, features: str, **params) -> RecData:
+    """``data`` with ``pairs`` and ``candidates`` filled in, for feature set ``features``."""
+    inter = data.interactions
+    c = max(MIN_CANDIDATES, 5 * data.k)
+    candidates = {s: inter.rank(data.seeds[s], data.cutoffs[s], c, repeat_score(inter)) for s in splits}
+    source = build_table_features(features, db, task, splits, **params)
+    # each candidate's own row at its seed's cutoff: a task over the destination table, one seed per distinct pair
+    dst_task = Task(dataclasses.replace(task.spec, entity_table=task.spec.destination_table, kind="entity_window"),
+                    pd.DataFrame())
+    pairs, distinct = {}, {}
+    for s, f in splits.items():
+        cand = candidates[s]
+        seed = np.repeat(np.arange(len(cand)), cand.shape[1])
+        keep = cand.reshape(-1) >= 0
+        seed, dst = seed[keep], cand.reshape(-1)[keep]
+        pairs[s] = pd.DataFrame({"seed": seed, "node": dst, "cutoff": f["cutoff"].to_numpy()[seed]})
+        distinct[s] = pairs[s][["node", "cutoff"]].drop_duplicates().reset_index(drop=True)
+    # one call for every split, so all are encoded alike (scales and vocabularies from the training split)
+    dest = build_table_features(features, db, dst_task, distinct, **params)
+    tables, labels = {}, {}
+    for s, p in pairs.items():
+        seed, dst = p["seed"].to_numpy(), p["node"].to_numpy()
+        where = pd.MultiIndex.from_frame(distinct[s]).get_indexer(pd.MultiIndex.from_frame(p[["node", "cutoff"]]))
+        tables[s] = _concat([_take(source[s], seed, "source."), _take(dest[s], where, "destination."),
+                             _pair_history(data, s, seed, dst)])
+        if s in data.labels:
+            truth = data.labels[s]
+            labels[s] = np.array([d in set(truth[i].tolist()) for i, d in zip(seed, dst)], dtype=np.int64)
+    return dataclasses.replace(data, pairs=TableData(tables, labels), candidates=candidates)
+
+
+def _pair_history(data: RecData, split: str, seed: np.ndarray, dst: np.ndarray) -> EncodedTable:
+    inter, sources, cutoffs = data.interactions, data.seeds[split], data.cutoffs[split]
+    cols = np.zeros((len(seed), 5), np.float32)
+    for t in np.unique(cutoffs):
+        at = np.flatnonzero(cutoffs[seed] == t)
+        if not len(at):
+            continue
+        own = np.flatnonzero(cutoffs == t)  # seeds at t, their row in the history matrices
+        local = np.searchsorted(own, seed[at])
+        hist, seen = inter.history(sources[own], int(t)), inter.last_seen(sources[own], int(t))
+        recent, total = inter.popularity(int(t))
+        cols[at, 0] = np.asarray(hist[local, dst[at]]).reshape(-1)
+        cols[at, 1] = np.asarray(seen[local, dst[at]]).reshape(-1)
+        cols[at, 2], cols[at, 3] = recent[dst[at]], total[dst[at]]
+        cols[at, 4] = np.asarray(hist.sum(1)).reshape(-1)[local]
+    names = ["pair.links", "pair.days_since_last_link", "destination.recent_links", "destination.links",
+             "source.links"]
+    return EncodedTable(np.log1p(cols), np.zeros((len(seed), 0), np.int64), [], names, [])
+
+
+def _take(table: EncodedTable, rows: np.ndarray, prefix: str) -> EncodedTable:
+    return EncodedTable(table.numeric[rows], table.categorical[rows], list(table.cardinalities),
+                        [prefix + n for n in table.numeric_names], [prefix + n for n in table.categorical_names])
+
+
+def _concat(tables: list[EncodedTable]) -> EncodedTable:
+    return EncodedTable(np.concatenate([t.numeric for t in tables], 1).astype(np.float32),
+                        np.concatenate([t.categorical for t in tables], 1),
+                        [c for t in tables for c in t.cardinalities], [n for t in tables for n in t.numeric_names],
+                        [n for t in tables for n in t.categorical_names])

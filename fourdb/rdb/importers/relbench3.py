@@ -1,0 +1,396 @@
+"""RelBench 3 folders: ``manifest.yaml`` (tables, keys, time columns, split timestamps), ``db/<table>.parquet``
+and ``tasks/<task>/manifest.yaml`` with ``{train,val,test}.parquet`` labels.
+
+The manifests are the only source of keys and time columns (the parquet files carry none); key values are
+kept, so entity ids stay RelBench's row positions. Tasks convert by kind:
+
+* ``forecast``: the manifest's SQL, verbatim, as an ``entity_window`` (or ``recommendation``) task laid out
+  by RelBench's rule (``timestamps.rule: relbench``), so its labels are the ones RelBench regenerates;
+* ``autocomplete``: an ``autocomplete`` task over the column;
+* ``external``: the shipped labels, as a table of samples and a row-column task (see ``samples``).
+
+A manifest RelBench itself would refuse (unreadable YAML, an unknown kind, a missing field, a key column
+absent from its parquet, a foreign key to an unknown table, SQL that does not bind) stops the import with
+one line naming the file and the field; a task fourdb cannot express is left out with a note.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from fourdb.errors import DatabaseImportError
+from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, Imported, SourceTable
+from fourdb.rdb.importers.samples import _samples_task
+from fourdb.tasks.spec import DEFAULT_METRICS
+from fourdb.utils import duckdb_connect
+
+MANIFEST = "manifest.yaml"
+KINDS = ("forecast", "autocomplete", "external")
+# RelBench's task types -> fourdb's; multilabel has no fourdb task type
+TASK_TYPES = {"binary_classification": "binary", "multiclass_classification": "multiclass",
+              "regression": "regression", "recommendation": "recommendation", "multilabel_classification": None}
+# RelBench's own metric first, so fourdb ranks and stops early by it
+METRICS = {"binary": ["roc_auc", "average_precision", "accuracy"], "regression": ["nmae", "mae", "rmse"],
+           "recommendation": ["map", "precision", "recall", "mrr"], "multiclass": DEFAULT_METRICS["multiclass"]}
+POSITION_KEY = "primary_key"  # the key RelBench gives a table without one (its row positions)
+
+
+def _detect(path: Path) -> bool:
+    return (path / MANIFEST).is_file() and (path / "db").is_dir()
+
+
+def _load_yaml(path: Path) -> dict:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise DatabaseImportError(f"{path}: cannot be read ({e.__class__.__name__})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise DatabaseImportError(f"{path}: not valid YAML{at}") from None
+    if not isinstance(raw, dict):
+        raise DatabaseImportError(f"{path}: expected a mapping of manifest fields, got {type(raw).__name__}")
+    return raw
+
+
+def _timestamp(raw: dict, key: str, where: Path) -> pd.Timestamp:
+    if raw.get(key) in (None, ""):
+        raise DatabaseImportError(f"{where}: missing field '{key}'")
+    try:
+        stamp = pd.Timestamp(raw[key])
+    except (ValueError, TypeError):
+        stamp = pd.NaT
+    if pd.isna(stamp):
+        raise DatabaseImportError(f"{where}, {key}: {raw[key]!r} is not a timestamp")
+    return stamp
+
+
+def _read_relbench3(path: Path, report: ImportReport) -> Imported:
+    where = path / MANIFEST
+    meta = _load_yaml(where)
+    if not meta.get("name"):
+        raise DatabaseImportError(f"{where}: missing field 'name'")
+    val, test = _timestamp(meta, "val_timestamp", where), _timestamp(meta, "test_timestamp", where)
+    if not val < test:
+        raise DatabaseImportError(f"{where}, val_timestamp: {val} is not before test_timestamp {test}")
+    specs = meta.get("tables")
+    if not isinstance(specs, dict) or not specs:
+        raise DatabaseImportError(f"{where}, tables: missing, or not a mapping of table -> pkey, time_col, fkeys")
+    tables = {str(name): _read_table(path, str(name), spec, where) for name, spec in specs.items()}
+    frames = {name: df for name, (df, _) in tables.items()}
+    specs = {name: spec for name, (_, spec) in tables.items()}
+    for name, spec in specs.items():
+        for col, parent in spec["fkeys"].items():
+            if parent not in frames:
+                raise DatabaseImportError(f"{where}, tables.{name}.fkeys.{col}: points to unknown table '{parent}'")
+    unlisted = sorted(p.stem for p in (path / "db").glob("*.parquet") if p.stem not in frames)
+    if unlisted:
+        report.notes.append(f"db/ files not in {MANIFEST} are not imported: {', '.join(unlisted)}")
+
+    dname = str(meta["name"])
+    manifests = _task_manifests(path, specs, frames, report)
+    for tm, tfile in manifests:  # RelBench keys an autocomplete table without a key by row position
+        table = tm.get("entity_table")
+        if tm["kind"] == "autocomplete" and specs[table]["pkey"] is None:
+            _position_key(table, specs, frames, tfile, report)
+    sources = []
+    for name, spec in specs.items():
+        fks = {col: (parent, specs[parent]["pkey"]) for col, parent in spec["fkeys"].items()}
+        sources.append(SourceTable(name, frames[name], {}, spec["pkey"], fks, {}, spec["time_col"]))
+        _check_positions(name, frames[name], spec["pkey"], report)
+
+    tasks: dict[str, dict] = {}
+    for tm, tfile in manifests:
+        converted = _convert_task(tm, tfile, dname, (val, test), specs, frames, report)
+        if converted is None:
+            continue
+        table, spec = converted
+        if spec["name"] in tasks:
+            report.notes.append(f"RelBench task '{spec['name']}' in {tfile.parent.name}/ not converted: another "
+                                f"task folder has that name")
+            continue
+        if table is not None:
+            sources.append(table)
+        tasks[spec["name"]] = spec
+    return sources, tasks, dname
+
+
+def _read_table(path: Path, name: str, spec, where: Path) -> tuple[pd.DataFrame, dict]:
+    """A table's parquet and its manifest entry (pkey, time_col, fkeys), each column it names checked."""
+    at = f"{where}, tables.{name}"
+    spec = {} if spec is None else spec
+    if not isinstance(spec, dict):
+        raise DatabaseImportError(f"{at}: expected a mapping of pkey, time_col, fkeys")
+    fkeys = spec.get("fkeys") or {}
+    if not isinstance(fkeys, dict):
+        raise DatabaseImportError(f"{at}.fkeys: expected a mapping of fkey column -> table")
+    file = path / "db" / f"{name}.parquet"
+    if not file.exists():
+        raise DatabaseImportError(f"{at}: no file db/{name}.parquet")
+    try:
+        df = pd.read_parquet(file)
+    except Exception as e:  # noqa: BLE001 - any reader failure is a bad file
+        raise DatabaseImportError(f"{file}: cannot read the parquet file ({str(e).splitlines()[0]})") from None
+    for col in df.columns:  # DuckDB cannot reliably read pandas' string dtype, as RelBench notes
+        if isinstance(df[col].dtype, pd.StringDtype):
+            df[col] = df[col].astype(object)
+    named = [("pkey", spec.get("pkey")), ("time_col", spec.get("time_col"))] + [(f"fkeys.{c}", c) for c in fkeys]
+    for field, col in named:
+        if col is not None and col not in df.columns:
+            raise DatabaseImportError(f"{at}.{field}: column '{col}' is not in db/{name}.parquet")
+    pkey, time_col = (None if c is None else str(c) for _, c in named[:2])
+    return df, {"pkey": pkey, "time_col": time_col, "fkeys": {str(c): str(t) for c, t in fkeys.items()}}
+
+
+def _check_positions(name: str, frame: pd.DataFrame, pkey: str | None, report: ImportReport) -> None:
+    """RelBench requires keys 0..n-1 in row order; its dangling-entity rule reads them as positions."""
+    if pkey is None:
+        return
+    keys = frame[pkey].to_numpy()
+    if not (np.issubdtype(keys.dtype, np.number) and (keys == np.arange(len(keys))).all()):
+        report.notes.append(f"table '{name}': primary key '{pkey}' is not 0..n-1 in row order, as RelBench requires; "
+                            f"forecast labels under RelBench's rule may differ from RelBench's")
+
+
+def _position_key(table: str, specs: dict, frames: dict, tfile: Path, report: ImportReport) -> None:
+    """Give a table without a key RelBench's: its row positions, which hold in every time cut only if the rows
+    are sorted by time."""
+    df, time_col = frames[table], specs[table]["time_col"]
+    if POSITION_KEY in df.columns:
+        raise DatabaseImportError(f"{tfile}, entity_table: table '{table}' has no pkey and already a column "
+                                  f"'{POSITION_KEY}', the key RelBench would add")
+    if time_col is not None and not df[time_col].is_monotonic_increasing:
+        raise DatabaseImportError(f"{tfile}, entity_table: table '{table}' has no pkey and is not sorted by "
+                                  f"'{time_col}', so its rows have no identity (RelBench refuses it too)")
+    frames[table] = df.assign(**{POSITION_KEY: np.arange(len(df))})[[POSITION_KEY, *df.columns]]
+    specs[table]["pkey"] = POSITION_KEY
+    report.notes.append(f"table '{table}' has no pkey; it gets RelBench's, '{POSITION_KEY}' (the row position), "
+                        f"for autocomplete tasks")
+
+
+# ---- task manifests ---------------------------------------------------------------------------------
+def _task_manifests(path: Path, specs: dict, frames: dict, report: ImportReport) -> list[tuple[dict, Path]]:
+    """Every ``tasks/<task>/manifest.yaml``, checked as RelBench checks it, plus the references it makes."""
+    out = []
+    root = path / "tasks"
+    for tdir in sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []:
+        tfile = tdir / MANIFEST
+        if not tfile.is_file():
+            report.notes.append(f"tasks/{tdir.name}: no {MANIFEST}; skipped")
+            continue
+        tm = _load_yaml(tfile)
+        _validate_task(tm, tfile, specs, frames)
+        out.append((tm, tfile))
+    return out
+
+
+def _required(tm: dict) -> list[str]:
+    """The fields RelBench's ``TaskManifest.validate`` requires of this kind and task type."""
+    if tm["task_type"] == "recommendation":
+        required = ["src_entity_table", "src_entity_col", "dst_entity_table", "dst_entity_col"]
+        if not (tm["kind"] == "external" and tm.get("evaluator")):
+            required.append("eval_k")
+    elif tm["kind"] == "autocomplete":
+        required = ["entity_table", "target_col"]
+    elif tm["kind"] == "forecast":
+        required = ["entity_table", "entity_col", "target_col", "time_col"]
+    else:
+        required = ["entity_table"]
+    return required + (["timedelta", "sql"] if tm["kind"] == "forecast" else [])
+
+
+def _validate_task(tm: dict, tfile: Path, specs: dict, frames: dict) -> None:
+    for key in ("name", "kind", "task_type"):
+        if not tm.get(key):
+            raise DatabaseImportError(f"{tfile}: missing field '{key}'")
+    if tm["kind"] not in KINDS:
+        raise DatabaseImportError(f"{tfile}, kind: '{tm['kind']}' is not one of {', '.join(KINDS)}")
+    if tm["task_type"] not in TASK_TYPES:
+        raise DatabaseImportError(f"{tfile}, task_type: '{tm['task_type']}' is not one of {', '.join(TASK_TYPES)}")
+    missing = [k for k in _required(tm) if not tm.get(k)]
+    if missing:
+        raise DatabaseImportError(f"{tfile}: a {tm['kind']} {tm['task_type']} task needs field(s) "
+                                  f"{', '.join(missing)}")
+    for key in ("entity_table", "src_entity_table", "dst_entity_table"):
+        if tm.get(key) is not None and tm[key] not in specs:
+            raise DatabaseImportError(f"{tfile}, {key}: unknown table '{tm[key]}'")
+    if tm.get("timedelta") is not None:
+        tm["timedelta"] = _timedelta(tm["timedelta"], tfile)
+    for key in ("eval_k", "num_eval_timestamps"):
+        n = tm.get(key)
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise DatabaseImportError(f"{tfile}, {key}: must be a positive whole number, got {n!r}")
+    pairs = tm.get("remove_columns") or []
+    if not isinstance(pairs, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
+        raise DatabaseImportError(f"{tfile}, remove_columns: expected a list of [table, column] pairs")
+    if tm["kind"] == "autocomplete":
+        _check_autocomplete(tm, tfile, specs, frames)
+    if tm["kind"] == "forecast":
+        _check_sql(tm, tfile, frames)
+
+
+def _timedelta(value, tfile: Path) -> str:
+    """The window as fourdb writes durations ('14 days'), equal to RelBench's ``pd.Timedelta(timedelta)``."""
+    try:
+        delta = pd.Timedelta(value) if isinstance(value, str) else pd.NaT
+    except ValueError:
+        delta = pd.NaT
+    if pd.isna(delta) or delta <= pd.Timedelta(0):
+        raise DatabaseImportError(f"{tfile}, timedelta: {value!r} is not a positive duration such as '14 days'")
+    return f"{delta.days} days" if delta == pd.Timedelta(days=delta.days) else str(delta)
+
+
+def _check_autocomplete(tm: dict, tfile: Path, specs: dict, frames: dict) -> None:
+    """What RelBench's autocomplete task refuses: a target that is not a plain column of a timed table."""
+    table, col = tm["entity_table"], tm["target_col"]
+    spec = specs[table]
+    if col not in frames[table].columns:
+        raise DatabaseImportError(f"{tfile}, target_col: table '{table}' has no column '{col}'")
+    if col == spec["pkey"] or col in spec["fkeys"] or col == spec["time_col"]:
+        raise DatabaseImportError(f"{tfile}, target_col: '{col}' is a key or the time column of '{table}'; "
+                                  f"only a feature column can be predicted")
+    if spec["time_col"] is None:
+        raise DatabaseImportError(f"{tfile}, entity_table: table '{table}' has no time_col; an autocomplete row "
+                                  f"is asked at its time")
+
+
+def _check_sql(tm: dict, tfile: Path, frames: dict) -> None:
+    """Bind the forecast SQL against the tables, as RelBench runs it, without running it: a broken query or a
+    missing output column is a broken manifest."""
+    sql = tm["sql"]
+    if not isinstance(sql, str):
+        raise DatabaseImportError(f"{tfile}, sql: expected the text of a query, got {type(sql).__name__}")
+    con = duckdb_connect()
+    try:
+        con.register("timestamps", pd.DataFrame({"timestamp": pd.Series([], dtype="datetime64[ns]")}))
+        for name, df in frames.items():
+            con.register(name, df)
+        try:
+            rel = con.sql(sql.replace("{timedelta}", str(pd.Timedelta(tm["timedelta"]))))
+        except Exception as e:  # noqa: BLE001 - any DuckDB error is a broken query
+            raise DatabaseImportError(f"{tfile}, sql: the SQL failed: {str(e).splitlines()[0]}") from None
+        if rel is None:
+            raise DatabaseImportError(f"{tfile}, sql: not a query (it returns no rows)")
+        columns = list(rel.columns)
+    finally:
+        con.close()
+    link = tm["task_type"] == "recommendation"
+    fields = ("src_entity_col", "time_col", "dst_entity_col") if link else ("entity_col", "time_col", "target_col")
+    for field in fields:
+        col = tm.get(field) or ("timestamp" if field == "time_col" else None)
+        if col not in columns:
+            raise DatabaseImportError(f"{tfile}, {field}: the SQL returns no column '{col}' "
+                                      f"(it returns {', '.join(columns)})")
+
+
+# ---- conversion -----------------------------------------------------------------------------------
+def _convert_task(tm: dict, tfile: Path, dname: str, splits: tuple[pd.Timestamp, pd.Timestamp], specs: dict,
+                  frames: dict, report: ImportReport) -> tuple[SourceTable | None, dict] | None:
+    """A task manifest -> (a table of samples or None, a fourdb task spec), or None with a note."""
+    name = str(tm["name"])
+    skip = f"RelBench task '{name}' not converted:"
+    if name != tfile.parent.name:
+        report.notes.append(f"RelBench task '{name}' is in folder tasks/{tfile.parent.name}; fourdb names it '{name}'")
+    kind = TASK_TYPES[tm["task_type"]]
+    if kind is None:
+        report.notes.append(f"{skip} multilabel classification has no fourdb task type")
+        return None
+    if tm["kind"] == "external" and kind == "recommendation":
+        report.notes.append(f"{skip} its shipped link labels have no fourdb task kind (fourdb recommendation "
+                            f"tasks are computed by SQL)")
+        return None
+    if kind == "recommendation" and tm.get("num_eval_timestamps", 1) != 1:
+        report.notes.append(f"{skip} RelBench runs recommendation tasks with num_eval_timestamps 1 only")
+        return None
+    remove = _removable(tm, specs, frames, report)
+    base = {"name": name, "dataset": dname,
+            "description": tm.get("description") or f"RelBench {tm['kind']} task '{name}'.",
+            "task_type": kind, "metrics": list(METRICS[kind])}
+    val, test = (_stamp(t) for t in splits)
+    if tm["kind"] == "forecast":
+        spec = {**base, **_forecast(tm, kind), "timestamps": {
+            "val": val, "test": test, "rule": "relbench", "num_eval_timestamps": tm.get("num_eval_timestamps", 1)}}
+    elif tm["kind"] == "autocomplete":
+        spec = {**base, "kind": "autocomplete", "table": tm["entity_table"], "label": tm["target_col"],
+                "timestamps": {"val": val, "test": test}}
+        remove = [p for p in remove if p != [tm["entity_table"], tm["target_col"]]]  # removed as the label
+    else:
+        return _external(tm, tfile, base, remove, specs, report)
+    if remove:
+        spec["remove_columns"] = remove
+    return None, spec
+
+
+def _stamp(t: pd.Timestamp) -> str:
+    return t.strftime("%Y-%m-%d") if t == t.normalize() else str(t)
+
+
+def _forecast(tm: dict, kind: str) -> dict:
+    if kind == "recommendation":
+        return {"kind": "recommendation", "source_table": tm["src_entity_table"],
+                "destination_table": tm["dst_entity_table"], "sql": tm["sql"], "window": tm["timedelta"],
+                "output": {"entity": tm["src_entity_col"], "cutoff": tm.get("time_col") or "timestamp",
+                           "label": tm["dst_entity_col"]}, "eval_k": tm["eval_k"]}
+    return {"kind": "entity_window", "entity_table": tm["entity_table"], "sql": tm["sql"], "window": tm["timedelta"],
+            "output": {"entity": tm["entity_col"], "cutoff": tm["time_col"], "label": tm["target_col"]}}
+
+
+def _removable(tm: dict, specs: dict, frames: dict, report: ImportReport) -> list[list[str]]:
+    """``remove_columns`` fourdb can hide: RelBench skips pairs naming no column (with a warning), and fourdb
+    cannot hide a key or a time column, which every path needs."""
+    kept = []
+    for table, col in tm.get("remove_columns") or []:
+        table, col = str(table), str(col)
+        spec = specs.get(table)
+        if spec is None or col not in frames[table].columns:
+            report.notes.append(f"RelBench task '{tm['name']}': remove_columns names {table}.{col}, which does not "
+                                f"exist; skipped, as RelBench skips it")
+        elif col == spec["pkey"] or col in spec["fkeys"] or col == spec["time_col"]:
+            report.notes.append(f"RelBench task '{tm['name']}': remove_columns names {table}.{col}, a key or the "
+                                f"time column, which fourdb cannot hide; kept")
+        else:
+            kept.append([table, col])
+    return kept
+
+
+def _external(tm: dict, tfile: Path, base: dict, remove: list, specs: dict,
+              report: ImportReport) -> tuple[SourceTable, dict] | None:
+    """Shipped labels of an entity task -> a table of samples and a row-column task over it."""
+    name, tdir = base["name"], tfile.parent
+    skip = f"RelBench task '{name}' not converted:"
+    entity, key, time_col = tm["entity_table"], tm.get("entity_col"), tm.get("time_col")
+    if not key or not time_col or not tm.get("target_col"):
+        report.notes.append(f"{skip} an external task needs entity_col, time_col and target_col to convert")
+        return None
+    if specs[entity]["pkey"] is None:
+        report.notes.append(f"{skip} its entity table '{entity}' has no pkey")
+        return None
+    files = {s: tdir / f"{s}.parquet" for s in ("train", "val", "test")}
+    if not all(f.exists() for f in files.values()):
+        report.notes.append(f"{skip} it needs train.parquet, val.parquet and test.parquet")
+        return None
+    try:
+        splits = {s: pd.read_parquet(f) for s, f in files.items()}
+    except Exception as e:  # noqa: BLE001 - any reader failure is a bad file
+        report.notes.append(f"{skip} its labels cannot be read ({str(e).splitlines()[0]})")
+        return None
+    if tm.get("evaluator"):
+        report.notes.append(f"RelBench task '{name}': its '{tm['evaluator']}' scoring protocol is not reproduced; "
+                            f"fourdb scores it with {', '.join(base['metrics'])}")
+    converted = _samples_task(name, base["dataset"], splits, key, (entity, specs[entity]["pkey"]), time_col,
+                              tm["target_col"], base["task_type"], None, {}, base["description"], report)
+    if converted is None:
+        return None
+    table, spec = converted
+    spec["metrics"] = base["metrics"]
+    if remove:
+        spec["remove_columns"] = remove
+    return table, spec
+
+
+# before the older layout (order 20), which also has a db/ folder
+IMPORTERS.register("relbench3", Format("RelBench 3", folder=True, order=15, detect=_detect, read=_read_relbench3,
+                                       lacks="no manifest.yaml beside a db/ folder"))

