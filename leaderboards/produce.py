@@ -31,6 +31,11 @@ TASKS = ["synthetic-taste", "synthetic-leak", "synthetic-purchase-count",
 CELLS = ["gbdt:single_table", "gbdt:dfs", "sage:r2n", "mlp:single_table", "mlp:dfs", "rgcn:r2n", "gat:r2n",
          "deepfm:single_table", "deepfm:dfs", "fttransformer:single_table", "fttransformer:dfs", "sage:r2ne",
          "rgcn:r2ne", "hgt:r2n", "pna:r2n", "gat:r2ne", "hgt:r2ne", "pna:r2ne"]  # cheap and telling first
+# the recommendation family: the history baselines, tabular models ranking candidate pairs, a GNN's two towers
+REC_TASKS = ["browsing-next-views", "browsing-next-gifts", "nycflights13-plane-destinations",
+             "lahman-roster-additions"]
+REC_CELLS = ["popularity:history", "repeat:history", "gbdt:single_table", "gbdt:dfs", "mlp:single_table",
+             "sage:r2ne"]
 SEEDS = (0, 1, 2)
 # 2 CPU cores: training and early stopping on a fixed subsample; the test split is always whole
 BUDGET = {"max_train_seeds": 5000, "max_val_seeds": 3000}
@@ -84,6 +89,16 @@ def cell_inputs(cell: str) -> tuple[str, dict]:
     return model, ({"graph": inputs} if inputs.startswith("r2n") else {"features": inputs})
 
 
+def cells_of(experiment: str) -> list[str]:
+    return REC_CELLS if experiment in REC_TASKS else CELLS
+
+
+def overrides(cell: str) -> list[str]:
+    """The cell's command-line choices (the history baselines read no feature set)."""
+    model, inputs = cell_inputs(cell)
+    return [f"model={model}", *(f"{k}={v}" for k, v in inputs.items() if v != "history")]
+
+
 def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
     """Seeds of this cell already on the board, made with this budget."""
     dataset, task = experiment_task(experiment)
@@ -101,10 +116,9 @@ def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
 
 
 def run_cell(experiment: str, cell: str, budget: dict, jobs: int, timeout_s: float) -> dict:
-    model, inputs = cell_inputs(cell)
     sweep = ROOT / "multirun" / "leaderboard" / experiment / cell.replace(":", "_")
-    args = [sys.executable, "-m", "fourdb.cli", "run", "-m", f"experiment={experiment}", f"model={model}",
-            *(f"{k}={v}" for k, v in inputs.items()), f"seed={','.join(map(str, SEEDS))}",
+    args = [sys.executable, "-m", "fourdb.cli", "run", "-m", f"experiment={experiment}", *overrides(cell),
+            f"seed={','.join(map(str, SEEDS))}",
             *(f"{k}={v}" for k, v in budget.items()), "trainer.progress=false", f"hydra.sweep.dir={sweep}"]
     env = {**os.environ, "DGLBACKEND": "pytorch", "PYTHONWARNINGS": "ignore"}
     if jobs > 1:  # cells share the cores: one thread each
@@ -132,6 +146,22 @@ def run_cell(experiment: str, cell: str, budget: dict, jobs: int, timeout_s: flo
     return status
 
 
+def matrix_row(e: str, cells: list[str], budget: dict, link: dict, status: dict) -> str:
+    row = []
+    for c in cells:
+        if skip := skip_reason(e, c, link):
+            row.append(skip)
+            continue
+        n = len(done_seeds(e, c, budget) & set(SEEDS))
+        s = status.get(f"{e} {c}")
+        if n == len(SEEDS) or not s:
+            row.append(str(n) if n or s else "not run")
+        else:
+            why = "timed out" if s["rc"] == "timeout" else f"failed ({s['error'] or s['rc']})"
+            row.append(f"{n}, {why} after {s['seconds']:.0f} s")
+    return f"| {e} | " + " | ".join(row) + " |"
+
+
 def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
     """leaderboards/MATRIX.md: per task and cell, the seeds on the board, or why there are none."""
     status = json.loads(STATUS.read_text()) if STATUS.exists() else {}
@@ -143,22 +173,12 @@ def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
              "tokens (DFS on nycflights13's flights and on lahman) needs more memory and time than 2 CPU cores "
              "and 24 GB have. `not run`: the pass that made these boards ended (its time on this machine was up) "
              "before the cell's turn; `produce.py` runs exactly the missing cells. Other marks say why a cell has "
-             "fewer than 3 seeds.", "",
-             "| task | " + " | ".join(CELLS) + " |", "|---|" + "---|" * len(CELLS)]
-    for e in experiments:
-        row = []
-        for c in CELLS:
-            if skip := skip_reason(e, c, link):
-                row.append(skip)
-                continue
-            n = len(done_seeds(e, c, budget) & set(SEEDS))
-            s = status.get(f"{e} {c}")
-            if n == len(SEEDS) or not s:
-                row.append(str(n) if n or s else "not run")
-            else:
-                why = "timed out" if s["rc"] == "timeout" else f"failed ({s['error'] or s['rc']})"
-                row.append(f"{n}, {why} after {s['seconds']:.0f} s")
-        lines.append(f"| {e} | " + " | ".join(row) + " |")
+             "fewer than 3 seeds. On recommendation tasks `history` is the link history alone (popularity, "
+             "repeat), a tabular model ranks (source, candidate) pairs, and a GNN is the two-tower model with "
+             "its convolution."]
+    for family, cells in (("classification and regression", CELLS), ("recommendation", REC_CELLS)):
+        lines += ["", f"## {family}", "", "| task | " + " | ".join(cells) + " |", "|---|" + "---|" * len(cells)]
+        lines += [matrix_row(e, cells, budget, link, status) for e in experiments if cells_of(e) is cells]
     slow = [f"{s['cell']} on {s['experiment']} ({s['seconds'] / 60:.0f} min)" for s in status.values()
             if s["rc"] == 0 and s["seconds"] > CELL_TIMEOUT_S]
     if slow:
@@ -175,11 +195,11 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=CELL_TIMEOUT_S, help="seconds per cell (3 seeds)")
     ap.add_argument("--dry-run", action="store_true", help="list the cells that would run")
     a = ap.parse_args(argv)
-    experiments = a.only.split(",") if a.only else TASKS
-    cells = a.cells.split(",") if a.cells else CELLS
-    link = {d: has_link_tables(d) for d in {experiment_task(e)[0] for e in TASKS}}
-    todo = [(e, c) for c in cells for e in experiments
-            if not skip_reason(e, c, link) and not set(SEEDS) <= done_seeds(e, c, BUDGET)]
+    experiments = a.only.split(",") if a.only else TASKS + REC_TASKS
+    cells = a.cells.split(",") if a.cells else CELLS + REC_CELLS
+    link = {d: has_link_tables(d) for d in {experiment_task(e)[0] for e in TASKS + REC_TASKS}}
+    todo = [(e, c) for c in dict.fromkeys(cells) for e in experiments if c in cells_of(e)
+            and not skip_reason(e, c, link) and not set(SEEDS) <= done_seeds(e, c, BUDGET)]
     print(f"{len(todo)} cell(s) to run", flush=True)
     if a.dry_run:
         for e, c in todo:
@@ -193,11 +213,11 @@ def main(argv=None) -> int:
         with lock:
             status[f"{s['experiment']} {s['cell']}"] = s
             STATUS.write_text(json.dumps(status, indent=1, sort_keys=True))
-            write_matrix(TASKS, BUDGET, link)
+            write_matrix(TASKS + REC_TASKS, BUDGET, link)
 
     with ThreadPoolExecutor(a.jobs) as pool:
         list(pool.map(one, todo))
-    write_matrix(TASKS, BUDGET, link)
+    write_matrix(TASKS + REC_TASKS, BUDGET, link)
     subprocess.run([sys.executable, "-m", "fourdb.cli", "leaderboard", "render"], cwd=ROOT, check=True)
     return 0
 

@@ -13,7 +13,6 @@ from relbench.submit import evaluate_task  # noqa: E402
 from conftest import config  # noqa: E402
 from fourdb.cli import main  # noqa: E402
 from fourdb.datasets import load_dataset  # noqa: E402
-from fourdb.export import export_dataset  # noqa: E402
 from fourdb.export.keys import positions  # noqa: E402
 from fourdb.metrics import compute  # noqa: E402
 from fourdb.run import run_experiment  # noqa: E402
@@ -101,6 +100,18 @@ def test_external_labels_are_fourdbs(synthetic_folder, synthetic_db):
         same_labels(pd.read_parquet(synthetic_folder / "tasks" / "taste" / f"{split}.parquet"), want)
 
 
+def test_a_fourdb_run_scores_alike_on_its_external_task(synthetic_folder, tmp_path):
+    manifest = yaml.safe_load((synthetic_folder / "tasks" / "taste" / "manifest.yaml").read_text())
+    if manifest["kind"] != "external":
+        pytest.skip("taste shares the dataset's val/test times here")
+    record = run_experiment(config("dataset=synthetic", "dataset.params.size=150", "task=taste", "model=gbdt"),
+                            tmp_path / "run")
+    csv = tmp_path / "synthetic__taste.csv"
+    assert cli("export", tmp_path / "run", "--out", csv) == 0
+    score = evaluate_task("synthetic/taste", csv, dataset=synthetic_folder)["roc_auc"]
+    assert score == pytest.approx(record["metrics"]["test"]["auroc"], abs=1e-12)
+
+
 @pytest.fixture(scope="module")
 def round_trip(tmp_path_factory):
     """taste and purchase-count as RelBench forecast tasks, imported back: a fourdb run on that folder has
@@ -152,20 +163,38 @@ def test_predictions_of_a_run_on_fourdbs_own_keys(tmp_path):
     assert score == pytest.approx(record["metrics"]["test"]["nmae"], abs=1e-12)
 
 
-def test_recommendation_round_trip(round_trip, tmp_path):
-    from fourdb.models import MODELS
-
-    if "popularity" not in MODELS:
-        pytest.skip("no popularity model")
-    assert cli("export-dataset", "synthetic", *SMALL, "--tasks", "next-views", "--out", tmp_path / "rb") == 0
+def test_recommendation_round_trip(tmp_path):
+    """A recommendation task exported, imported back and run: RelBench scores the exported top-k as fourdb does."""
+    assert cli("export-dataset", "browsing", *SMALL, "--tasks", "next-views", "--out", tmp_path / "rb") == 0
     assert cli("import", tmp_path / "rb", "--out", tmp_path / "db") == 0
-    record = run_experiment(config("dataset=folder", f"dataset.path={tmp_path / 'db'}", "dataset.name=synthetic",
-                                   "task=next-views", "model=popularity"), tmp_path / "run")
-    csv = tmp_path / "synthetic__next-views.csv"
+    record = run_experiment(config("dataset=folder", f"dataset.path={tmp_path / 'db'}", "dataset.name=browsing",
+                                   "task=next-views", "model=repeat"), tmp_path / "run")
+    csv = tmp_path / "browsing__next-views.csv"
     assert cli("export", tmp_path / "run", "--out", csv) == 0
     assert all(len(json.loads(v)) == 10 for v in pd.read_csv(csv)["label"])
-    score = evaluate_task("synthetic/next-views", csv, dataset=tmp_path / "rb")["map"]
+    score = evaluate_task("browsing/next-views", csv, dataset=tmp_path / "rb")["map"]
+    assert score > 0
     assert score == pytest.approx(record["metrics"]["test"]["map"], abs=1e-12)
+
+
+def test_autocomplete_round_trip(round_trip, tmp_path):
+    """A RelBench autocomplete task, imported and run: the CSV names its columns as RelBench does."""
+    import shutil
+
+    folder = tmp_path / "rb"
+    shutil.copytree(round_trip / "rb", folder)
+    (folder / "tasks" / "quantity").mkdir()
+    (folder / "tasks" / "quantity" / "manifest.yaml").write_text(yaml.safe_dump(
+        {"name": "quantity", "kind": "autocomplete", "task_type": "regression", "entity_table": "purchases",
+         "target_col": "quantity"}))
+    assert cli("import", folder, "--out", tmp_path / "db") == 0
+    record = run_experiment(config("dataset=folder", f"dataset.path={tmp_path / 'db'}", "dataset.name=synthetic",
+                                   "task=quantity", "model=gbdt"), tmp_path / "run")
+    csv = tmp_path / "synthetic__quantity.csv"
+    assert cli("export", tmp_path / "run", "--out", csv) == 0
+    assert list(pd.read_csv(csv, nrows=1).columns) == ["purchase_id", "purchased_at", "quantity"]
+    score = evaluate_task("synthetic/quantity", csv, dataset=folder)["nmae"]
+    assert score == pytest.approx(record["metrics"]["test"]["nmae"], abs=1e-12)
 
 
 @pytest.mark.parametrize("dataset,param", [("nycflights13", "fraction=0.02"), ("lahman", "min_year=1990")])
@@ -181,6 +210,72 @@ def test_builtin_databases_load_in_relbench(tmp_path, dataset, param):
     assert len(table(forecast[0], "test"))
     external = [t for t in tasks.values() if t.kind == "external"]
     assert all(len(table(t, "train")) for t in external)
+
+
+def shop_folder(root):
+    """A database folder: customers, orders (string keys, out of time order), lines taking their order's
+    time; a window task and a row-column task beside it."""
+    from fourdb.rdb import Column, Schema, Table, write_database
+
+    rng = np.random.default_rng(0)
+    start = pd.Timestamp("2021-01-01")
+    customers = pd.DataFrame({"cid": [f"c{i}" for i in range(40)],
+                              "joined": start + pd.to_timedelta(rng.integers(0, 60, 40), unit="D"),
+                              "tier": rng.choice(["a", "b"], 40)})
+    n = 600
+    orders = pd.DataFrame({"oid": [f"o{i}" for i in rng.permutation(n)], "cid": rng.choice(customers["cid"], n),
+                           "at": start + pd.to_timedelta(rng.integers(60 * 24, 365 * 24, n), unit="h"),
+                           "amount": rng.gamma(2, 10, n).round(2), "channel": rng.choice(["web", "shop"], n)})
+    orders["placed"] = orders["at"] - pd.Timedelta(days=2)  # delivered (known) two days after it is placed
+    lines = pd.DataFrame({"lid": np.arange(2 * n), "oid": rng.choice(orders["oid"], 2 * n),
+                          "qty": rng.integers(1, 4, 2 * n).astype(float)})
+    schema = Schema("shop", [
+        Table("customers", "customers.parquet", [Column("cid", "primary_key"), Column("joined", "datetime"),
+                                                 Column("tier", "category")], time_column="joined"),
+        Table("orders", "orders.parquet", [Column("oid", "primary_key"), Column("cid", "foreign_key", "customers.cid"),
+                                           Column("at", "datetime"), Column("amount", "numeric"),
+                                           Column("channel", "category"), Column("placed", "datetime")],
+              time_column="at"),
+        Table("lines", "lines.parquet", [Column("lid", "primary_key"), Column("oid", "foreign_key", "orders.oid"),
+                                         Column("qty", "numeric")], time_from=["oid"])])
+    folder = write_database(root / "shop", schema, {"customers": customers, "orders": orders, "lines": lines})
+    (folder / "tasks").mkdir()
+    (folder / "tasks" / "spend.yaml").write_text(yaml.safe_dump({
+        "name": "spend", "kind": "entity_window", "task_type": "regression", "entity_table": "customers",
+        "window": "30 days", "timestamps": {"val": "2021-10-01", "test": "2021-11-15"},
+        "sql": "SELECT c.cid, k.cutoff, coalesce(sum(l.qty * o.amount), 0) AS label\n"
+               "FROM cutoffs k JOIN customers c ON c.joined <= k.cutoff\n"
+               "LEFT JOIN orders o ON o.cid = c.cid AND o.at > k.cutoff AND o.at <= k.cutoff + {window}\n"
+               "LEFT JOIN lines l ON l.oid = o.oid\nGROUP BY c.cid, k.cutoff"}))
+    (folder / "tasks" / "big-order.yaml").write_text(yaml.safe_dump({
+        "name": "big-order", "kind": "row_column", "task_type": "binary", "table": "orders",
+        "label": "CAST(amount > 20 AS INTEGER)", "cutoff_column": "placed", "known_columns": ["cid", "placed"],
+        "timestamps": {"val": "2021-10-01", "test": "2021-11-15"}}))
+    return folder
+
+
+def test_a_database_folder_with_inherited_times(tmp_path, capsys):
+    folder = shop_folder(tmp_path)
+    assert cli("export-dataset", folder, "--out", tmp_path / "rb") == 0
+    out = capsys.readouterr().out
+    assert "task spend: forecast" in out and "task big-order: external" in out
+    ds = relbench.load_dataset(tmp_path / "rb")
+    db = ds.get_db()
+    # lines take their order's time in fourdb; RelBench has no such time, and they keep their order
+    assert ds.manifest.tables["lines"].time_col is None and "note: table lines takes its time from oid" in out
+    assert (db.table_dict["lines"].df["lid"] == np.arange(len(db.table_dict["lines"].df))).all()
+    orders = positions(load_dataset(str(folder))).keys["orders"]  # order ids, out of time order, by position
+    lines = pd.read_parquet(folder / "lines.parquet")
+    exported = pd.read_parquet(tmp_path / "rb" / "db" / "lines.parquet")
+    assert (orders[exported["oid"].to_numpy()] == lines["oid"].to_numpy()).all()
+    spend = ds.load_task("spend")
+    again = ds.load_task("spend", regenerate=True)
+    for split in SPLITS:
+        same_labels(table(spend, split), table(again, split))
+    big = ds.load_task("big-order")
+    # the seed row's hidden feature columns are removed; its time column cannot be, and stays
+    assert sorted(big.remove_columns) == [("orders", "amount"), ("orders", "channel")]
+    assert "the seed row of 'orders' shows its at" in out
 
 
 def test_one_line_errors(tmp_path, capsys):

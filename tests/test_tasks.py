@@ -381,9 +381,9 @@ def test_unparseable_timestamp_names_the_field(tmp_path):
 def test_metrics_are_checked_at_load():
     message = spec_error(_taste_raw(metrics=["aucroc", "accuracy"]))
     assert message == ("t.yaml: unknown metric 'aucroc' (did you mean 'auroc'?) "
-                       "(binary metrics: accuracy, auroc, average_precision)")
+                       "(binary metrics: accuracy, auroc, average_precision, roc_auc)")
     message = spec_error(_taste_raw(task_type="regression", metrics=["auroc"]))
-    assert message == "t.yaml: metric 'auroc' does not fit a regression task (regression metrics: mae, r2, rmse)"
+    assert message == "t.yaml: metric 'auroc' does not fit a regression task (regression metrics: mae, nmae, r2, rmse)"
     assert "metric 'mae' does not fit a binary task" in spec_error(_taste_raw(metrics=["mae"]))
     assert "metric 'macro_f1' does not fit a binary task" in spec_error(_taste_raw(metrics="macro_f1"))
     assert TaskSpec.from_dict(_taste_raw(metrics="average_precision"), "t.yaml").metrics == ["average_precision"]
@@ -393,12 +393,13 @@ def test_every_metric_scores_the_task_types_it_declares():
     from fourdb.metrics import compute
 
     y = {"binary": np.array([0, 1, 1, 0]), "multiclass": np.array([0, 1, 2, 1]),
-         "regression": np.array([0.5, 1.0, 2.0, 3.0])}
+         "regression": np.array([0.5, 1.0, 2.0, 3.0]), "recommendation": [[3, 5], [1], [], [2, 4, 6]]}
     score = {"binary": np.array([0.2, 0.7, 0.6, 0.4]), "multiclass": np.eye(3)[[0, 1, 2, 2]],
-             "regression": np.array([0.4, 1.2, 2.1, 2.5])}
+             "regression": np.array([0.4, 1.2, 2.1, 2.5]),
+             "recommendation": np.array([[5, 1, 0], [2, 1, 7], [1, 2, 3], [9, 8, 6]])}
     assert {t for _, m in METRICS.items() for t in m.task_types} == set(y)
     for task_type in y:
         names = metrics_for(task_type)
         assert set(DEFAULT_METRICS[task_type]) <= set(names)
         for name in names:
-            assert np.isfinite(compute(name, y[task_type], score[task_type])), (task_type, name)
+            assert np.isfinite(compute(name, y[task_type], score[task_type], y_train=y[task_type])), (task_type, name)

@@ -16,7 +16,7 @@ import yaml
 
 from fourdb.datasets import DATASETS, dataset_error, load_dataset
 from fourdb.errors import FourdbError, TaskError
-from fourdb.export.keys import positions, reindexed
+from fourdb.export.keys import positions, relbench_tables
 from fourdb.export.tasks import MANIFEST_VERSION, ExportedTask, as_forecast, convertible, external, forecast, stamp
 from fourdb.rdb import Database
 from fourdb.tasks import TASKS_DIR, TaskSpec, find_task
@@ -55,7 +55,7 @@ def export_dataset(dataset: str, out: str | Path, params: dict | None = None,
         raise FourdbError(f"two tasks are named '{next(k for k, n in seen.items() if n > 1)}'")
     db = load_dataset(dataset, **(params or {}))
     pos = positions(db)
-    frames = reindexed(db, pos)
+    tables = relbench_tables(db, pos)
     exported, failed = {}, []
     for spec in specs:  # fourdb's own labels first: a task that has none on this database is left out
         try:
@@ -68,7 +68,6 @@ def export_dataset(dataset: str, out: str | Path, params: dict | None = None,
         raise FourdbError(failed[0] if failed else f"dataset '{dataset}': no binary, regression or recommendation "
                                                    f"task to export; RelBench takes its val and test times from them")
     val, test = shared_timestamps(specs)
-    tables = Database(db.schema, frames, db.folder, db.notes)
     for spec in specs:
         kind = "external"
         if as_forecast(spec, val, test):
@@ -82,15 +81,15 @@ def export_dataset(dataset: str, out: str | Path, params: dict | None = None,
         lines.append(f"task {spec.name}: {kind} ({counts})")
     exported = list(exported.values())
     with atomic_output(out, folder=True) as tmp:
-        for t in db.schema.tables:
-            _write_parquet(tmp / "db" / f"{t.name}.parquet", frames[t.name])
-        _write_yaml(tmp / "manifest.yaml", _dataset_manifest(db, dataset, params, val, test))
+        for t in tables.schema.tables:
+            _write_parquet(tmp / "db" / f"{t.name}.parquet", tables.tables[t.name])
+        _write_yaml(tmp / "manifest.yaml", _dataset_manifest(tables, dataset, params, val, test))
         for task in exported:
             _write_task(tmp / "tasks" / task.name, task)
     for t in db.schema.tables:
         if t.inherited_from:
-            lines.append(f"table {t.name}: its time, inherited from {', '.join(t.inherited_from)}, is written as "
-                         f"column {t.time_column}")
+            lines.append(f"note: table {t.name} takes its time from {', '.join(t.inherited_from)} in fourdb; RelBench "
+                         f"has no such time, so its rows are visible at every time there")
     lines.append(f"wrote {out}: {len(db.schema.tables)} tables, {len(exported)} tasks, "
                  f"val {stamp(val)}, test {stamp(test)}")
     return lines
@@ -103,7 +102,7 @@ def _dataset_manifest(db: Database, dataset: str, params: dict | None, val, test
                           "fkeys": {fk.name: fk.link_table for fk in t.foreign_keys}}
     given = f" ({', '.join(f'{k}={v}' for k, v in params.items())})" if params else ""
     return {"name": db.schema.name, "manifest_version": MANIFEST_VERSION,
-            "description": f"The fourdb database {dataset}{given}.",
+            "description": f"The fourdb database '{db.schema.name}'{given}.",
             "val_timestamp": stamp(val), "test_timestamp": stamp(test), "tables": tables}
 
 
@@ -125,8 +124,8 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _text(dumper, value: str):
-    if "\n" in value:
-        value = "\n".join(line.rstrip() for line in value.strip("\n").splitlines())  # a block cannot end lines in spaces
+    if "\n" in value:  # a block cannot end a line in spaces
+        value = "\n".join(line.rstrip() for line in value.strip("\n").splitlines())
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
     return dumper.represent_scalar("tag:yaml.org,2002:str", value)
 

@@ -1,10 +1,12 @@
-"""RelBench's key contract: a table's primary key is its row position (0..n-1), and foreign keys hold
-their parent's positions.
+"""The database as RelBench reads it: a table's primary key is its row position (0..n-1), and foreign keys
+hold their parent's positions.
 
 RelBench cuts a table at a time by keeping the rows whose time is at or before it and then requires the
-keys left to still be 0..n-1, so a timed table's rows must be in time order (rows without a time last,
-as RelBench drops them at every cut). Every export maps keys through ``Positions``, so a dataset folder
-and a prediction table of the same database agree; a table already in that form maps to itself.
+keys left to still be 0..n-1, so a table with a time column must be in time order (rows without a time
+last, as RelBench drops them at every cut). A table whose time fourdb inherits from its parents has no time
+column in RelBench (the importer reads such a table back the same way), so it keeps its row order. Every
+export maps keys through ``Positions``, so a dataset folder and a prediction table of the same database
+agree; a table already in RelBench's form, as one imported from RelBench, maps to itself.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fourdb.rdb import Database
+from fourdb.rdb import Database, Schema, Table
 
 
 @dataclass
@@ -32,13 +34,16 @@ class Positions:
         return where[np.asarray(rows, dtype=np.int64)]
 
 
+def _timed(t: Table) -> bool:
+    return t.time_column is not None and not t.inherited_from
+
+
 def positions(db: Database) -> Positions:
     order, keys = {}, {}
     for t in db.schema.tables:
         df = db.tables[t.name]
-        if t.time_column is None:
-            rows = np.arange(len(df))
-        else:  # stable: a table already in time order keeps its order
+        rows = np.arange(len(df))
+        if _timed(t):  # stable: a table already in time order keeps its order
             rows = df[t.time_column].reset_index(drop=True).sort_values(kind="stable", na_position="last").index
             rows = rows.to_numpy()
         order[t.name] = rows
@@ -47,19 +52,23 @@ def positions(db: Database) -> Positions:
     return Positions(order, keys)
 
 
-def reindexed(db: Database, pos: Positions) -> dict[str, pd.DataFrame]:
-    """Every table in RelBench row order with its keys as positions; a foreign key with no parent is null.
-
-    A key column with nulls is float64 (as pandas reads such a column back), since RelBench compares foreign
-    keys with ``>=`` and masks with the result, which a nullable integer column's missing values break.
-    """
-    out = {}
+def relbench_tables(db: Database, pos: Positions) -> Database:
+    """``db`` as the exported folder holds it: rows in RelBench order, keys as positions (a foreign key with
+    no parent null), inherited times gone. A key column with nulls is float64 (as pandas reads one back),
+    since RelBench compares foreign keys with ``>=`` and masks with the result, which a nullable integer
+    column's missing values break."""
+    tables, frames = [], {}
     for t in db.schema.tables:
-        df = db.tables[t.name].iloc[pos.order[t.name]].reset_index(drop=True)
+        cols = t.declared_columns
+        df = db.tables[t.name][[c.name for c in cols]].iloc[pos.order[t.name]].reset_index(drop=True)
         if t.primary_key is not None:
             df[t.primary_key] = np.arange(len(df), dtype=np.int64)
         for fk in t.foreign_keys:
             at = pos.of(fk.link_table, df[fk.name])
             df[fk.name] = at if (at >= 0).all() else np.where(at >= 0, at, np.nan)
-        out[t.name] = df
-    return out
+        frames[t.name] = df
+        timed = _timed(t)
+        tables.append(Table(t.name, t.source, list(cols), t.time_column if timed else None,
+                            static=not timed and bool(t.inherited_from)))
+    schema = Schema(db.schema.name, tables, db.schema.on_dangling_foreign_key)
+    return Database(schema, frames, db.folder, db.notes)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from fourdb.datasets import load_dataset
@@ -33,7 +32,10 @@ def export_predictions(run_dir: str | Path, out: str | Path, fmt: str = "relbenc
     run = Path(run_dir)
     if not (run / "record.json").is_file():
         raise FourdbError(f"{run_dir}: no record.json, so not a run folder")
-    record = json.loads((run / "record.json").read_text())
+    try:
+        record = json.loads((run / "record.json").read_text())
+    except ValueError:
+        raise FourdbError(f"{run_dir}: record.json is not valid JSON") from None
     path = run / str(record.get("predictions"))
     if "predictions" not in record or not path.is_file():
         raise FourdbError(f"{run_dir}: no predictions.parquet (test predictions); runs save them beside their "

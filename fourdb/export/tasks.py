@@ -36,9 +36,12 @@ class ExportedTask:
 
 def column_names(spec: TaskSpec, schema: Schema) -> dict[str, str]:
     """The label table's columns (entity, cutoff, label): the task's ``output`` names (a task imported from
-    RelBench keeps RelBench's), else the entity table's primary key, ``cutoff`` and ``label``."""
-    pk = schema.table(spec.entity_table).primary_key
-    return {"entity": pk, "cutoff": "cutoff", "label": "label", **spec.output}
+    RelBench keeps RelBench's), else the entity table's primary key, ``cutoff`` and ``label``; an autocomplete
+    task's are its table's, as RelBench names them: the key, the time column and the column predicted."""
+    table = schema.table(spec.entity_table)
+    if spec.kind == "autocomplete":
+        return {"entity": table.primary_key, "cutoff": table.time_column, "label": spec.label}
+    return {"entity": table.primary_key, "cutoff": "cutoff", "label": "label", **spec.output}
 
 
 def stamp(t) -> str:

@@ -107,7 +107,7 @@ class Interactions:
             absent = torch.from_numpy(~self.exists(int(t)))
             for start in range(0, len(at), CHUNK):
                 rows = at[start:start + CHUNK]
-                s = torch.as_tensor(np.asarray(score(sources[rows], int(t)), dtype=np.float64))
+                s = torch.from_numpy(np.array(score(sources[rows], int(t)), dtype=np.float64))  # a copy: scores may be read-only
                 s = s.masked_fill(absent[None, :], -np.inf)
                 top = torch.topk(s, min(k, s.shape[1]), dim=1)
                 ids = top.indices.numpy()
@@ -137,6 +137,7 @@ class RecData:
     cutoffs: dict[str, np.ndarray]  # int64 ns
     labels: dict[str, np.ndarray]  # train and val: an array of destination rows per seed
     k: int
+    destination: str  # the destination table
     pairs: object = None  # fourdb.features.TableData over (seed, candidate) rows
     candidates: dict[str, np.ndarray] | None = None
     graph: object = None  # fourdb.engine.data.GraphData, for the GNNs
@@ -145,4 +146,5 @@ class RecData:
 def rec_data(db: Database, task: Task, splits: dict) -> RecData:
     return RecData(Interactions.from_task(task, db), {s: f["node"].to_numpy() for s, f in splits.items()},
                    {s: to_epoch_ns(f["cutoff"]) for s, f in splits.items()},
-                   {s: splits[s]["label"].to_numpy() for s in ("train", "val")}, int(task.spec.eval_k))
+                   {s: splits[s]["label"].to_numpy() for s in ("train", "val")}, int(task.spec.eval_k),
+                   task.spec.destination_table)

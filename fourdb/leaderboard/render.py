@@ -6,7 +6,7 @@ synthetic database's size). Every run is scored on the whole test split.
 Records made against an earlier version of a task file are kept in the jsonl but not shown.
 A setting with a record made from uncommitted code changes (``git_dirty``) is marked ``*``.
 
-Average ranks, per board family (classification, regression), follow one rule (``RANK_RULE``):
+Average ranks, per board family (classification, regression, recommendation), follow one rule (``RANK_RULE``):
 
 * the tasks are the family's tables on the dataset's default parameters, without sanity tasks
   (``sanity: true`` in the task file, e.g. a planted leak that must stay at chance);
@@ -40,7 +40,8 @@ RANK_RULE = ("Average rank, per family: over the family's tasks on each dataset'
              "some of the tasks are listed below the table, not ranked.")
 DIRTY_NOTE = "made with uncommitted code changes"
 
-BOARDS = {"classification": ("binary", "multiclass"), "regression": ("regression",)}
+BOARDS = {"classification": ("binary", "multiclass"), "regression": ("regression",),
+          "recommendation": ("recommendation",)}
 
 DUCKDB_SQL = ("SELECT dataset, task, model, avg(metrics.test.auroc) AS auroc "
               "FROM read_json_auto('leaderboards/*/*.jsonl') GROUP BY ALL ORDER BY ALL")
@@ -190,7 +191,7 @@ def table_name(t: dict) -> str:
 
 
 def average_ranks(tables: list[dict]) -> dict[str, Ranking]:
-    """Per board family (classification, regression): average ranks over the tasks all ranked methods ran."""
+    """Per board family (classification, regression, recommendation): average ranks over the tasks all ranked methods ran."""
     out = {}
     for board, types in BOARDS.items():
         family = [t for t in tables if t["task_type"] in types]

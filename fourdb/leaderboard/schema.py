@@ -16,7 +16,7 @@ from fourdb.errors import FourdbError
 from fourdb.utils import stable_hash
 
 SCHEMA_VERSIONS = (1,)
-TASK_TYPES = ("binary", "multiclass", "regression")
+TASK_TYPES = ("binary", "multiclass", "regression", "recommendation")
 # config keys that change nothing about the result, left out of the config hash
 CONFIG_IGNORED = ("seed", "trainer.progress", "certify")
 

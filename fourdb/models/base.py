@@ -34,6 +34,7 @@ class TaskInfo:
 class Model:
     input_kind = "table"
     name = "model"
+    task_types = ("binary", "multiclass", "regression")  # recommendation through create_model's wrappers
 
     def __init__(self, info: TaskInfo, seed: int = 0, **params):
         self.info, self.seed, self.params = info, seed, params
@@ -94,9 +95,13 @@ def register_model(name: str):
 
 
 def create_model(name: str, info: TaskInfo, seed: int = 0, **params) -> Model:
-    """Model ``name`` for a task of ``info``; on a recommendation task a tabular model ranks candidate
-    pairs (the ``pair_ranker`` around it)."""
+    """Model ``name`` for a task of ``info``. On a recommendation task a tabular model ranks candidate
+    pairs (``pair_ranker`` around it) and a GNN encodes both sides (``two_tower`` with its convolution)."""
     cls = MODELS.get(name)
-    if info.task_type == "recommendation" and cls.input_kind == "table":
-        return MODELS.get("pair_ranker")(info, seed=seed, inner=name, **params)
+    if info.task_type == "recommendation" and "recommendation" not in cls.task_types:
+        wrapper = {"table": ("pair_ranker", "inner"), "graph": ("two_tower", "gnn")}.get(cls.input_kind)
+        if wrapper:
+            return MODELS.get(wrapper[0])(info, seed=seed, **{wrapper[1]: name}, **params)
+    if info.task_type not in cls.task_types:
+        raise FourdbError(f"model '{name}' does not do {info.task_type} tasks (it does {', '.join(cls.task_types)})")
     return cls(info, seed=seed, **params)

@@ -97,24 +97,34 @@ class GNN(NeuralModel):
     """A GNN model: sampled blocks from ``GraphSource``, one layer per sampled hop."""
 
     input_kind = "graph"
+    extra_params: tuple[str, ...] = ()  # parameters of the model itself, not of its convolution
 
     def conv(self, etypes: list[tuple[str, str, str]], hidden: int, **params) -> nn.Module:
         raise NotImplementedError
 
+    def conv_signature(self):
+        """The function whose keyword parameters the model's YAML ``params`` may set (beside the shared ones)."""
+        return self.conv
+
     def build(self, data) -> HeteroGNN:
-        params = dict(self.params)
+        return self.network(data, self.info.out_dim)
+
+    def network(self, data, out_dim: int) -> HeteroGNN:
+        """The GNN over ``data`` (GraphData) with ``out_dim`` outputs per seed row."""
+        params = {k: v for k, v in self.params.items() if k not in self.extra_params}
         hidden, dropout = params.pop("hidden", 64), params.pop("dropout", 0.1)
         layers = params.pop("layers", None)
         if layers is not None and layers != len(data.sampler.fanouts):
             raise FourdbError(f"model '{self.name}': layers={layers} but the sampler draws "
                               f"{len(data.sampler.fanouts)} hops (sampler.fanouts has one per layer)")
-        check_params(self.name, self.conv, params, fixed=("etypes", "hidden"), also=("hidden", "dropout", "layers"))
+        check_params(self.name, self.conv_signature(), params, fixed=("etypes", "hidden"),
+                     also=("hidden", "dropout", "layers"))
         dims = {t: (input_width(f), f.cardinalities) for t, f in data.graph.features.items()}
         edge_dims = {et[1]: (input_width(f), f.cardinalities)
                      for et, f in data.graph.edge_features.items()}
         etypes = data.graph.canonical_etypes
         return HeteroGNN(lambda: self.conv(etypes, hidden, **params), dims, len(data.sampler.fanouts), hidden,
-                         self.info.out_dim, data.seed_type, dropout, edge_dims)
+                         out_dim, data.seed_type, dropout, edge_dims)
 
     def make_source(self, data, trainer_cfg) -> GraphSource:
         return GraphSource(data, trainer_cfg.batch_size)

@@ -12,6 +12,7 @@ from fourdb.models.base import Model, register_model
 @register_model("popularity")
 class Popularity(Model):
     input_kind = "interactions"
+    task_types = ("recommendation",)
 
     def score(self, data: RecData):
         pop = data.interactions.popularity_score

@@ -13,6 +13,7 @@ from fourdb.models.base import MODELS, Model, TaskInfo, register_model
 @register_model("pair_ranker")
 class PairRanker(Model):
     input_kind = "pairs"
+    task_types = ("recommendation",)
 
     def __init__(self, info: TaskInfo, seed: int = 0, inner: str = "gbdt", **params):
         super().__init__(info, seed, **params)

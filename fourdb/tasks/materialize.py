@@ -102,8 +102,12 @@ def _relbench_cutoffs(spec: TaskSpec, db: Database, val, test, window) -> dict[s
     n = int(spec.timestamps.get("num_eval_timestamps", 1))
     if test - val < window:
         raise TaskError(f"task '{spec.name}': the window {spec.window} is longer than from val to test")
+    # over the tables with a time of their own, as RelBench sees them (an inherited time is not a column there)
+    own = [t for t in db.schema.tables if t.time_column and not t.inherited_from]
     before_test = _known_at(db, test)
-    first, last_before, last = before_test.min_time, before_test.max_time, db.max_time
+    first = min((before_test.tables[t.name][t.time_column].min() for t in own), default=pd.Timestamp.min)
+    last_before = max((before_test.tables[t.name][t.time_column].max() for t in own), default=pd.Timestamp.max)
+    last = max((db.tables[t.name][t.time_column].max() for t in own), default=pd.Timestamp.max)
     if val + window > last_before:
         raise TaskError(f"task '{spec.name}': val + window ({val + window}) is after the last time up to test")
     if test + window > last:
@@ -118,11 +122,12 @@ def _relbench_cutoffs(spec: TaskSpec, db: Database, val, test, window) -> dict[s
 
 
 def _known_at(db: Database, t) -> Database:
-    """RelBench's cut of a database at ``t``: rows of timed tables with a time after ``t`` or none are out."""
+    """RelBench's cut of a database at ``t``: rows of timed tables with a time after ``t`` or none are out.
+    A table whose time is inherited from its parents has no time column in RelBench, so it stays whole."""
     tables = {}
     for table in db.schema.tables:
         df = db.tables[table.name]
-        if table.time_column is not None:
+        if table.time_column is not None and not table.inherited_from:
             df = df[df[table.time_column] <= t].reset_index(drop=True)
         tables[table.name] = df
     return Database(db.schema, tables, db.folder, db.notes)
@@ -251,6 +256,16 @@ def _destinations(spec: TaskSpec, db: Database, frame: pd.DataFrame) -> pd.DataF
     index = pd.Index(db.tables[spec.destination_table][db.schema.table(spec.destination_table).primary_key])
     limit = len(_known_at(db, pd.Timestamp(spec.timestamps["test"])).tables[spec.destination_table]) \
         if spec.rule == "relbench" else len(index)
+
+    keys = pd.Series([k for v in frame["label"] for k in v], dtype=object)
+    unknown = keys[index.get_indexer(keys.tolist()) < 0] if len(keys) else keys
+    if len(keys) and len(unknown) == len(keys):
+        raise TaskError(f"task '{spec.name}': no label key is a key of {spec.destination_table} (e.g. "
+                        f"{unknown.iloc[0]!r}); the LIST must hold {spec.destination_table}."
+                        f"{index.name} values")
+    if len(unknown):
+        print(f"task '{spec.name}': {len(unknown)} of {len(keys)} label keys are not in "
+              f"{spec.destination_table} and were dropped (e.g. {unknown.iloc[0]!r})")
 
     def rows(keys):
         r = index.get_indexer(list(keys)) if len(keys) else np.zeros(0, np.int64)

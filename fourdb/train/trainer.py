@@ -67,13 +67,15 @@ class Trainer:
         self.history: list[dict] = []
 
     def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        if self.task_type == "binary":
-            return F.binary_cross_entropy_with_logits(out.view(-1), y.float())
+        if self.task_type in ("binary", "recommendation"):  # recommendation: is each candidate a true destination
+            return F.binary_cross_entropy_with_logits(out.reshape(-1), y.float().reshape(-1))
         if self.task_type == "multiclass":
             return F.cross_entropy(out, y.long())
         return F.mse_loss(out.view(-1), (y.float() - self.y_mean) / self.y_std)
 
     def _scores(self, out: torch.Tensor) -> np.ndarray:
+        if self.task_type == "recommendation":  # the source ranked already: destination rows, best first
+            return out.cpu().numpy().astype(np.int64)
         if self.task_type == "binary":
             return torch.sigmoid(out.view(-1)).cpu().numpy()
         if self.task_type == "multiclass":

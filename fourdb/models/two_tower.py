@@ -1,0 +1,53 @@
+"""Two towers for recommendation: sources and destinations encoded by one heterogeneous GNN (the
+convolution of a named GNN, ``gnn: sage``), each over its own temporal subgraph as of the seed's cutoff,
+and scored by their dot product; trained with sampled negatives (``fourdb.engine.links.LinkSource``)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fourdb.engine.links import LinkSource
+from fourdb.features.interactions import RecData
+from fourdb.models.base import MODELS, register_model
+from fourdb.models.gnn import GNN, HeteroGNN
+
+
+class TwoTowerNet(nn.Module):
+    def __init__(self, encoder: HeteroGNN, source: str, destination: str, dim: int):
+        super().__init__()
+        self.encoder, self.source, self.destination, self.dim = encoder, source, destination, dim
+
+    def embed(self, blocks, feats, ntype: str) -> torch.Tensor:
+        h = self.encoder.encode(feats)
+        for i, block in enumerate(blocks):
+            h = self.encoder.layer(i, block, h)
+        return self.encoder.head(h[ntype][: blocks[-1].num_dst_nodes(ntype)])
+
+    def forward(self, src_blocks, src_feats, dst_blocks, dst_feats, pairs) -> torch.Tensor:
+        """Logits [B, candidates]: source i against the destinations ``pairs[i]`` (rows of the dst batch)."""
+        src = self.embed(src_blocks, src_feats, self.source)
+        dst = self.embed(dst_blocks, dst_feats, self.destination)
+        return (src[:, None, :] * dst[pairs]).sum(-1)
+
+
+@register_model("two_tower")
+class TwoTower(GNN):
+    extra_params = ("gnn", "negatives")
+    task_types = ("recommendation",)
+
+    def __init__(self, info, seed: int = 0, **params):
+        super().__init__(info, seed, **params)
+        self.gnn = MODELS.get(params.get("gnn", "sage"))(info, seed=seed)
+
+    def conv(self, etypes, hidden, **params):
+        return self.gnn.conv(etypes, hidden, **params)
+
+    def conv_signature(self):
+        return self.gnn.conv
+
+    def build(self, data: RecData) -> TwoTowerNet:
+        hidden = self.params.get("hidden", 64)  # the head gives each row a vector of this size
+        return TwoTowerNet(self.network(data.graph, hidden), data.graph.seed_type, data.destination, hidden)
+
+    def make_source(self, data: RecData, trainer_cfg) -> LinkSource:
+        return LinkSource(data, trainer_cfg.batch_size, self.params.get("negatives", 16))
