@@ -42,8 +42,13 @@ def test_leaderboard_analysis_runs(monkeypatch, tmp_path):
         r = copy.deepcopy(record)
         r["seed"] = r["config"]["seed"] = seed
         records.append((f"seed {seed}", r))
+    rec = json.loads(json.dumps(run_experiment(config("dataset=browsing", "dataset.params.size=150", "task=next-views",
+                                                      "model=repeat")), default=str))
+    records.append(("repeat", rec))
     submit_records(records, tmp_path)
     monkeypatch.setenv("FOURDB_LEADERBOARDS", str(tmp_path))
     nb = execute("leaderboard_analysis.ipynb")
     assert len(outputs(nb, "image/png")) == 2
-    assert "1 boards under" in json.dumps(nb.cells[1]["outputs"])
+    assert "2 boards under" in json.dumps(nb.cells[1]["outputs"])
+    board = json.dumps(next(c for c in nb.cells if "show(" in "".join(c.source))["outputs"])
+    assert "browsing / next-views" in board and "repeat" in board and "test map" in board

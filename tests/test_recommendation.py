@@ -62,6 +62,20 @@ def test_ranking_metrics_equal_brute_force(name):
     assert compute(name, y, s) == pytest.approx(brute_force(y, s, name), abs=1e-12)
 
 
+def test_metrics_equal_relbench_on_the_same_arrays():
+    rb = pytest.importorskip("relbench.metrics")
+    rng = np.random.default_rng(1)
+    y = [list(rng.choice(30, rng.integers(0, 6), replace=False)) for _ in range(300)]
+    s = np.stack([rng.choice(30, 10, replace=False) for _ in range(300)])
+    isin = np.stack([np.isin(p, t) for t, p in zip(y, s)])
+    assert compute("map", y, s) == pytest.approx(rb.map(isin, np.array([len(t) for t in y])), abs=1e-12)
+    yb, pb = rng.integers(0, 2, 500), rng.random(500)
+    assert compute("roc_auc", yb, pb) == pytest.approx(rb.roc_auc(yb, pb), abs=1e-12)
+    yr, pr, train = rng.normal(size=200), rng.normal(size=200), rng.normal(3.0, 2.0, 100)
+    nmae = rb.make_nmae(lambda: float(np.std(train, ddof=1)))
+    assert compute("nmae", yr, pr, y_train=train) == pytest.approx(nmae(yr, pr), abs=1e-12)
+
+
 # -- labels and what can be recommended ------------------------------------------------------------------
 
 def test_labels_equal_a_recount_of_the_views():

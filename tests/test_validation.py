@@ -301,7 +301,7 @@ def test_mistyped_dataset_path_is_one_line_before_hydra_starts(tmp_path):
     (tmp_path / "shop.sqlite").write_bytes(b"")
     expected = {
         "./no/such/folder": "error: dataset './no/such/folder': no such database folder, and not a built-in dataset "
-                            "(built-in: lahman, nycflights13, synthetic)",
+                            "(built-in: browsing, lahman, nycflights13, synthetic)",
         "empty": "error: dataset 'empty': no schema.yaml in that folder, so it is not a database folder",
         "shop.sqlite": "error: dataset 'shop.sqlite': a file, not a database folder "
                        "(fourdb import shop.sqlite --out DIR converts a SQLite or DuckDB file)",
@@ -330,7 +330,7 @@ def test_load_dataset_names_what_it_could_not_find(tmp_path):
     from fourdb.datasets import load_dataset
 
     with pytest.raises(FourdbError, match=r"^dataset 'nycflight13': no such database folder, and not a built-in "
-                                          r"dataset \(did you mean 'nycflights13'\?\) \(built-in: lahman, "):
+                                          r"dataset \(did you mean 'nycflights13'\?\) \(built-in: browsing, lahman, "):
         load_dataset("nycflight13")
     assert "no schema.yaml" in load_error(tmp_path)  # an existing folder: the database's own error
 
