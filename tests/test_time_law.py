@@ -269,7 +269,8 @@ def test_certify_names_a_feature_fitted_on_the_future(drifting, monkeypatch):
 BUILT_IN = [("synthetic", "size=150", t) for t in ("taste", "purchase-count", "leak")] \
     + [("nycflights13", "fraction=0.03", t) for t in ("late-arrival", "arrival-delay", "plane-flights")] \
     + [("lahman", "min_year=1960", "hall-of-fame")] \
-    + [("lahman", "min_year=1990", t) for t in ("plays-next-season", "salary", "team-wins")]
+    + [("lahman", "min_year=1990", t) for t in ("plays-next-season", "salary", "team-wins")] \
+    + [("browsing", "size=150", "next-views")]  # recommendation: the link history, pair features, two towers
 CERTIFIED = {"single_table": ["model=gbdt"], "dfs": ["model=gbdt", "features=dfs", "features.depth=1"],
              "graph": ["model=sage", "trainer.epochs=1"]}
 
