@@ -136,3 +136,30 @@ def test_models_that_only_recommend_refuse_other_tasks():
     for model in RECOMMENDERS:
         with pytest.raises(FourdbError, match=f"model '{model}' does not do binary tasks"):
             create_model(model, TaskInfo("binary", 2, "auroc"))
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"eval_k": None}, r"^t\.yaml: missing 'eval_k'$"),
+    ({"destination_table": "prods"}, r"^task 'next-views': table 'prods' is not in the database$"),
+    ({"sql": "count(*)"}, r"^task 'next-views': a recommendation SQL must yield a LIST of destination keys"),
+    ({"sql": "LIST(DISTINCT v.view_id + 1000000)"}, r"^task 'next-views': no label key is a key of products "
+                                                     r"\(e\.g\. \d+\); the LIST must hold products\.product_id values$"),
+])
+def test_bad_recommendation_task_files_are_one_line(change, message):
+    import copy
+
+    from fourdb.errors import TaskError
+    from fourdb.tasks import TaskSpec, find_task
+    from fourdb.tasks.materialize import materialize
+
+    raw = copy.deepcopy(find_task("browsing", "next-views").raw)
+    for key, value in change.items():
+        if value is None:
+            raw.pop(key)
+        elif key == "sql":
+            raw["sql"] = raw["sql"].replace("LIST(DISTINCT v.product_id)", value)
+        else:
+            raw[key] = value
+    with pytest.raises(TaskError, match=message) as error:
+        materialize(TaskSpec.from_dict(raw, "t.yaml"), load_dataset("browsing", size=SIZE))
+    assert "\n" not in str(error.value)
