@@ -67,7 +67,14 @@ class Trainer:
         self.history: list[dict] = []
 
     def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        if self.task_type in ("binary", "recommendation"):  # recommendation: is each candidate a true destination
+        if self.task_type == "recommendation":
+            # listwise: a row's true candidates against all of its candidates (softmax). Independent
+            # per-candidate BCE must also learn the base rate through the dot product, and got stuck there
+            true = y.bool()
+            keep = true.any(1)
+            out, true = out[keep], true[keep]
+            return (torch.logsumexp(out, 1) - torch.logsumexp(out.masked_fill(~true, float("-inf")), 1)).mean()
+        if self.task_type == "binary":
             return F.binary_cross_entropy_with_logits(out.reshape(-1), y.float().reshape(-1))
         if self.task_type == "multiclass":
             return F.cross_entropy(out, y.long())
