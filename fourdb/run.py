@@ -63,7 +63,8 @@ def save_predictions(path: Path, db, task, test: pd.DataFrame, scores) -> None:
     if task.spec.task_type == "recommendation":
         dst = db.schema.table(task.spec.destination_table)
         keys = db.tables[dst.name][dst.primary_key].to_numpy()
-        scores = [keys[row[row >= 0]].tolist() for row in (np.asarray(r, np.int64) for r in scores)]  # -1: none left
+        rows = [np.asarray(r, np.int64) for r in scores]
+        scores = [keys[r[r >= 0]].tolist() for r in rows]  # -1: fewer destinations than k existed
     elif task.spec.task_type == "multiclass":
         scores = [np.asarray(row, float).tolist() for row in scores]
     out = pd.DataFrame({"entity": test["entity"].to_numpy(), "cutoff": test["cutoff"].to_numpy(), "prediction": scores})

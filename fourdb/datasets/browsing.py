@@ -58,6 +58,8 @@ def build(out, size: int = 1000, seed: int = 0) -> None:
     ])
     write_database(out, schema, {"users": users, "shelves": shelves, "products": products, "views": views,
                                  "gifts": gifts})
+
+
 def _browsing(rng: np.random.Generator, users: pd.DataFrame, weeks: pd.DatetimeIndex):
     """Shelves, products, weekly views (mostly of the user's current shelf) and weekly random gifts,
     vectorized over users and weeks."""

@@ -34,16 +34,12 @@ class Positions:
         return where[np.asarray(rows, dtype=np.int64)]
 
 
-def _timed(t: Table) -> bool:
-    return t.time_column is not None and not t.inherited_from
-
-
 def positions(db: Database) -> Positions:
     order, keys = {}, {}
     for t in db.schema.tables:
         df = db.tables[t.name]
         rows = np.arange(len(df))
-        if _timed(t):  # stable: a table already in time order keeps its order
+        if t.has_own_time:  # stable: a table already in time order keeps its order
             rows = df[t.time_column].reset_index(drop=True).sort_values(kind="stable", na_position="last").index
             rows = rows.to_numpy()
         order[t.name] = rows
@@ -67,8 +63,7 @@ def relbench_tables(db: Database, pos: Positions) -> Database:
             at = pos.of(fk.link_table, df[fk.name])
             df[fk.name] = at if (at >= 0).all() else np.where(at >= 0, at, np.nan)
         frames[t.name] = df
-        timed = _timed(t)
-        tables.append(Table(t.name, t.source, list(cols), t.time_column if timed else None,
-                            static=not timed and bool(t.inherited_from)))
+        tables.append(Table(t.name, t.source, list(cols), t.time_column if t.has_own_time else None,
+                            static=bool(t.inherited_from)))
     schema = Schema(db.schema.name, tables, db.schema.on_dangling_foreign_key)
     return Database(schema, frames, db.folder, db.notes)

@@ -50,10 +50,14 @@ class HeteroGNN(nn.Module):
 
     def forward(self, blocks, feats):
         """``blocks`` input layer first; ``feats`` table -> {"num", "cat"} of the first block's sources."""
+        return self.embed(blocks, feats, self.seed_type)
+
+    def embed(self, blocks, feats, ntype: str) -> torch.Tensor:
+        """The head's output for the destination rows of ``ntype`` in the last block."""
         h = self.encode(feats)
         for i, block in enumerate(blocks):
             h = self.layer(i, block, h)
-        return self.readout(h, blocks[-1].num_dst_nodes(self.seed_type))
+        return self.head(h[ntype][: blocks[-1].num_dst_nodes(ntype)])
 
     def encode(self, feats) -> dict[str, torch.Tensor]:
         return self.encoder(feats)

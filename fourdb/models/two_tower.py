@@ -18,10 +18,7 @@ class TwoTowerNet(nn.Module):
         self.encoder, self.source, self.destination, self.dim = encoder, source, destination, dim
 
     def embed(self, blocks, feats, ntype: str) -> torch.Tensor:
-        h = self.encoder.encode(feats)
-        for i, block in enumerate(blocks):
-            h = self.encoder.layer(i, block, h)
-        return self.encoder.head(h[ntype][: blocks[-1].num_dst_nodes(ntype)])
+        return self.encoder.embed(blocks, feats, ntype)
 
     def forward(self, src_blocks, src_feats, dst_blocks, dst_feats, pairs) -> torch.Tensor:
         """Logits [B, candidates]: source i against the destinations ``pairs[i]`` (rows of the dst batch)."""

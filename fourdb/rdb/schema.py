@@ -110,6 +110,11 @@ class Table:
     def declared_columns(self) -> list[Column]:
         return [c for c in self.columns if not c.derived]
 
+    @property
+    def has_own_time(self) -> bool:
+        """A time column of its own, not one inherited from its parents (which RelBench has no column for)."""
+        return self.time_column is not None and not self.inherited_from
+
 
 @dataclass
 class Schema:

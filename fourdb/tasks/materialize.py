@@ -103,7 +103,7 @@ def _relbench_cutoffs(spec: TaskSpec, db: Database, val, test, window) -> dict[s
     if test - val < window:
         raise TaskError(f"task '{spec.name}': the window {spec.window} is longer than from val to test")
     # over the tables with a time of their own, as RelBench sees them (an inherited time is not a column there)
-    own = [t for t in db.schema.tables if t.time_column and not t.inherited_from]
+    own = [t for t in db.schema.tables if t.has_own_time]
     before_test = _known_at(db, test)
     first = min((before_test.tables[t.name][t.time_column].min() for t in own), default=pd.Timestamp.min)
     last_before = max((before_test.tables[t.name][t.time_column].max() for t in own), default=pd.Timestamp.max)
@@ -127,7 +127,7 @@ def _known_at(db: Database, t) -> Database:
     tables = {}
     for table in db.schema.tables:
         df = db.tables[table.name]
-        if table.time_column is not None and not table.inherited_from:
+        if table.has_own_time:
             df = df[df[table.time_column] <= t].reset_index(drop=True)
         tables[table.name] = df
     return Database(db.schema, tables, db.folder, db.notes)
@@ -257,21 +257,19 @@ def _destinations(spec: TaskSpec, db: Database, frame: pd.DataFrame) -> pd.DataF
     limit = len(_known_at(db, pd.Timestamp(spec.timestamps["test"])).tables[spec.destination_table]) \
         if spec.rule == "relbench" else len(index)
 
-    keys = pd.Series([k for v in frame["label"] for k in v], dtype=object)
-    unknown = keys[index.get_indexer(keys.tolist()) < 0] if len(keys) else keys
+    # every key looked up once; then split back per source
+    keys = [k for v in frame["label"] for k in v]
+    found = index.get_indexer(keys) if keys else np.zeros(0, np.int64)
+    unknown = np.flatnonzero(found < 0)
     if len(keys) and len(unknown) == len(keys):
         raise TaskError(f"task '{spec.name}': no label key is a key of {spec.destination_table} (e.g. "
-                        f"{unknown.iloc[0]!r}); the LIST must hold {spec.destination_table}."
+                        f"{keys[unknown[0]]!r}); the LIST must hold {spec.destination_table}."
                         f"{index.name} values")
     if len(unknown):
         print(f"task '{spec.name}': {len(unknown)} of {len(keys)} label keys are not in "
-              f"{spec.destination_table} and were dropped (e.g. {unknown.iloc[0]!r})")
-
-    def rows(keys):
-        r = index.get_indexer(list(keys)) if len(keys) else np.zeros(0, np.int64)
-        return np.unique(r[(r >= 0) & (r < limit)]).astype(np.int64)
-
-    frame = frame.assign(label=frame["label"].map(rows))
+              f"{spec.destination_table} and were dropped (e.g. {keys[unknown[0]]!r})")
+    per_source = np.split(found, np.cumsum(frame["label"].map(len).to_numpy())[:-1]) if len(frame) else []
+    frame = frame.assign(label=[np.unique(r[(r >= 0) & (r < limit)]).astype(np.int64) for r in per_source])
     return frame[frame["label"].map(len) > 0].reset_index(drop=True)
 
 

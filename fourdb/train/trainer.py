@@ -75,7 +75,7 @@ class Trainer:
             out, true = out[keep], true[keep]
             return (torch.logsumexp(out, 1) - torch.logsumexp(out.masked_fill(~true, float("-inf")), 1)).mean()
         if self.task_type == "binary":
-            return F.binary_cross_entropy_with_logits(out.reshape(-1), y.float().reshape(-1))
+            return F.binary_cross_entropy_with_logits(out.view(-1), y.float())
         if self.task_type == "multiclass":
             return F.cross_entropy(out, y.long())
         return F.mse_loss(out.view(-1), (y.float() - self.y_mean) / self.y_std)
