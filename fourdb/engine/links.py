@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fourdb.engine.data import add_edge_features, node_inputs
 from fourdb.engine.pipeline import prefetch
 from fourdb.engine.source import GraphSource
 from fourdb.engine.timing import to_device
@@ -32,14 +31,9 @@ class LinkSource(GraphSource):
 
     def embed_inputs(self, ntype: str, nodes: np.ndarray, cutoffs: np.ndarray, rng: np.random.Generator):
         """Blocks and input features for ``nodes`` of ``ntype`` as seeds, each at its cutoff (distinct pairs)."""
-        d = self.data
-        hidden = d.hidden_etypes if ntype == d.seed_type else frozenset()
-        batch = self.sampler.sample(ntype, nodes, cutoffs, rng, hidden)
-        cuts = {t: c.cpu().numpy() for t, c in batch.input_cutoffs.items()}
-        seeds = batch.num_seeds if ntype == d.seed_type else 0  # only the task's own seed rows are masked
-        feats = {t: node_inputs(d, t, n.cpu().numpy(), cuts[t], seeds) for t, n in batch.input_nodes.items()}
-        add_edge_features(d, batch.blocks, cuts)
-        return batch.blocks, feats
+        sources = ntype == self.data.seed_type  # only the task's own seed rows are masked
+        batch = self.sampler.sample(ntype, nodes, cutoffs, rng, self.data.hidden_etypes if sources else frozenset())
+        return batch.blocks, self.gather(batch, task_seeds=sources)
 
     def train_batch(self, idx: np.ndarray, seed: int):
         rng = np.random.default_rng(seed)

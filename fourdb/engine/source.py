@@ -83,13 +83,14 @@ class GraphSource(DataSource):
         batch = self.sample(split, idx, rng)
         return (batch.blocks, self.gather(batch)), batch
 
-    def gather(self, batch) -> dict[str, dict[str, torch.Tensor]]:
-        """Input node features per type; featured edges get theirs on the batch's blocks."""
+    def gather(self, batch, task_seeds: bool = True) -> dict[str, dict[str, torch.Tensor]]:
+        """Input node features per type; featured edges get theirs on the batch's blocks. With
+        ``task_seeds`` the batch's seeds are the task's seed rows, whose hidden columns are masked."""
         d, out = self.data, {}
         cutoffs = {t: c.cpu().numpy() for t, c in batch.input_cutoffs.items()}
         for ntype, nodes in batch.input_nodes.items():
             out[ntype] = node_inputs(d, ntype, nodes.cpu().numpy(), cutoffs[ntype],
-                                     batch.num_seeds if ntype == d.seed_type else 0)
+                                     batch.num_seeds if task_seeds and ntype == d.seed_type else 0)
         add_edge_features(d, batch.blocks, cutoffs)
         return out
 
