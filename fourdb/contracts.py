@@ -71,9 +71,9 @@ class Sampler(Protocol):
     id_etypes: frozenset  # edge types whose sampled edges carry their ids (``dgl.EID``)
 
     def sample(self, seed_type: str, seeds, cutoffs, rng: np.random.Generator,
-               hidden_etypes: frozenset = frozenset()):
+               hidden_etypes: frozenset = frozenset(), isolate: bool = False):
         """A batch: ``blocks`` (input layer first), ``input_nodes`` and ``input_cutoffs`` per type,
-        ``seed_type`` and ``num_seeds``."""
+        ``seed_type`` and ``num_seeds``; with ``isolate`` a tree per seed and ``input_groups`` per type."""
 
     def config(self) -> dict:
         """What fixes the samples it draws (for cache keys)."""

@@ -144,6 +144,27 @@ def mean_reciprocal_rank(y, s):
     return float((1.0 / first).mean()) if len(hits) else float("nan")
 
 
+@metric("hit_rate", ("recommendation",))
+def hit_rate(y, s):
+    """The share of sources with a true destination among the predicted ones (at the prediction's width:
+    ``eval_k``, or every shipped candidate, where it is 1 for every source with one: 4DBInfer's HR)."""
+    hits, count = _hits(y, s)
+    return float(hits[count > 0].any(1).mean()) if (count > 0).any() else float("nan")
+
+
+@metric("ndcg", ("recommendation",))
+def ndcg(y, s):
+    """Binary-relevance NDCG over the predicted list: DCG (1 / log2(rank + 1) per true destination) over
+    the DCG of the ideal list (min(true destinations, width) hits first)."""
+    hits, count = _hits(y, s)
+    hits, count = hits[count > 0], count[count > 0]
+    if not len(hits):
+        return float("nan")
+    gain = 1.0 / np.log2(np.arange(hits.shape[1]) + 2)
+    ideal = np.cumsum(gain)[np.minimum(count, hits.shape[1]) - 1]
+    return float(((hits * gain).sum(1) / ideal).mean())
+
+
 def metrics_for(task_type: str) -> list[str]:
     return [name for name, m in METRICS.items() if task_type in m.task_types]
 

@@ -6,18 +6,22 @@ each cutoff). A relational model must beat repeat and popularity on the first by
 must score on the second as popularity does, which is chance.
 """
 import functools
+from pathlib import Path
 
+import dgl
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from conftest import config
 
 from fourdb.datasets import load_dataset
 from fourdb.features.interactions import Interactions
 from fourdb.metrics import compute
 from fourdb.models import TaskInfo, create_model
+from fourdb.rdb import Database
 from fourdb.run import run_experiment
-from fourdb.tasks import load_task
+from fourdb.tasks import find_task, load_task, materialize
 from test_models import RECOMMENDERS
 
 SIZE = 200
@@ -124,13 +128,16 @@ def test_every_model_is_at_chance_on_the_planted_leak(model):
 
 
 def test_relational_models_beat_repeat_and_popularity_on_the_planted_task():
-    """The tabular ranker on DFS pairs and the GNN's two towers both read the shelf two hops away."""
+    """The tabular ranker on DFS pairs, the GNN's two towers and the identity-aware GNN all read the shelf
+    two hops away."""
     pop, rep = run("popularity", "next-views")["test"]["map"], run("repeat", "next-views")["test"]["map"]
     ranker = run("gbdt", "next-views", "dfs")["test"]["map"]
     towers = run("sage", "next-views", "single_table", "trainer.epochs=4")["test"]["map"]
+    identity = run("idgnn", "next-views", "single_table", "trainer.epochs=4")["test"]["map"]
     print(f"next-views test MAP@10: popularity {pop:.4f}, repeat {rep:.4f}, gbdt on DFS pairs {ranker:.4f}, "
-          f"sage two towers {towers:.4f}")
-    assert rep >= pop * 1.2 and ranker >= rep * 1.5 and towers >= rep * 1.5, (pop, rep, ranker, towers)
+          f"sage two towers {towers:.4f}, identity-aware sage {identity:.4f}")
+    assert rep >= pop * 1.2 and ranker >= rep * 1.5 and towers >= rep * 1.5 and identity >= rep * 1.5, \
+        (pop, rep, ranker, towers, identity)
 
 
 def test_models_that_only_recommend_refuse_other_tasks():
@@ -166,3 +173,184 @@ def test_bad_recommendation_task_files_are_one_line(change, message):
     with pytest.raises(TaskError, match=message) as error:
         materialize(TaskSpec.from_dict(raw, "t.yaml"), load_dataset("browsing", size=SIZE))
     assert "\n" not in str(error.value)
+
+
+# -- the identity-aware GNN's machinery -------------------------------------------------------------------
+
+@functools.cache
+def browsing_graph():
+    from fourdb.graph import build_graph
+
+    return build_graph(load_dataset("browsing", size=60), "r2ne")
+
+
+def test_isolated_trees_are_each_seeds_own_neighbourhood():
+    """With ``isolate`` a batch holds, per seed, exactly the (type, row) nodes that sampling the seed alone
+    reaches (full fanouts: no randomness), and says which seed reached each."""
+    from fourdb.engine.sampler import TemporalSampler
+
+    graph = browsing_graph()
+    sampler = TemporalSampler(graph, [-1, -1])
+    t = int(pd.Timestamp("2021-03-01").value)
+    seeds, cuts = np.array([0, 0, 1, 2]), np.array([t, t, t, t + 30 * 86_400 * 10**9])
+    batch = sampler.sample("users", seeds, cuts, np.random.default_rng(0), isolate=True)
+    for i, (seed, cut) in enumerate(zip(seeds, cuts)):
+        alone = sampler.sample("users", [seed], [cut], np.random.default_rng(0))
+        want = {(ty, int(n)) for ty, nodes in alone.input_nodes.items() for n in nodes}
+        got = {(ty, int(n)) for ty, nodes in batch.input_nodes.items()
+               for n, g in zip(nodes, batch.input_groups[ty]) if g == i}
+        assert got == want and len(want) > 1
+
+
+def test_both_ways_holds_every_sampled_edge_and_its_reverse_once():
+    from fourdb.engine.links import both_ways
+    from fourdb.engine.sampler import TemporalSampler
+
+    graph = browsing_graph()
+    batch = TemporalSampler(graph, [3, 3]).sample("users", np.arange(6), np.full(6, int(pd.Timestamp("2021-03-01").value)),
+                                                   np.random.default_rng(1), isolate=True)
+    block = both_ways(batch.blocks, graph.reverse, graph.ntypes)
+    assert all(block.num_src_nodes(t) == block.num_dst_nodes(t) == batch.blocks[0].num_src_nodes(t) for t in graph.ntypes)
+    for et in graph.canonical_etypes:
+        want = set()
+        for b in batch.blocks:
+            for rel, flip in ((et, False), (graph.reverse[et], True)):
+                s, d = (x.tolist() for x in b.edges(etype=rel))
+                want |= {(d_, s_) if flip else (s_, d_) for s_, d_ in zip(s, d)}
+        s, d = (x.tolist() for x in block.edges(etype=et))
+        got = list(zip(s, d))
+        if et in graph.edge_features:  # a link row per edge: two links of one pair are two edges
+            got = list(zip(s, d, block.edges[et].data[dgl.EID].tolist()))
+        assert {g[:2] for g in got} == want and len(got) == len(set(got))
+
+
+def test_identity_ranking_puts_reached_rows_first_then_popular_ones_and_never_unborn():
+    """Reached rows by score, then every other existing row by popularity; a row not born by the cutoff is
+    left out even when reached."""
+    from types import SimpleNamespace
+
+    from fourdb.engine.links import IdentitySource
+
+    day = 86_400 * 10**9
+    inter = Interactions(src=np.array([0, 0, 0, 1]), dst=np.array([3, 3, 1, 3]), known=np.arange(4) * day, n_dst=5,
+                         dst_born=np.array([0, 0, 0, 0, 50 * day]), window=7 * day)
+    fake = SimpleNamespace(rec=SimpleNamespace(interactions=inter), _popular={})
+    fake.popular = lambda t: IdentitySource.popular(fake, t)
+    scores = torch.tensor([[0.5, 2.0, 1.0], [0.1, float("-inf"), float("-inf")]])
+    index = torch.tensor([[0, 0, 0, 1], [0, 1, 2, 0]])
+    group, rows = np.array([0, 0, 0, 1]), np.array([2, 4, 0, 4])  # seed 0 reached rows 2, 4 (unborn), 0
+    top = IdentitySource.ranked(fake, scores, index, group, rows, np.array([10 * day, 10 * day]), 4).numpy()
+    assert top[0].tolist() == [0, 2, 3, 1]  # 4 is unborn; then popularity: 3 (3 links), 1
+    assert top[1][:2].tolist() == [3, 1] and set(top[1][2:]) == {0, 2}  # reached only the unborn 4: popularity
+
+
+# -- 4DBInfer retrieval tasks: imported, ranked among the shipped candidates -------------------------------
+
+def write_retrieval(root, users=60, items=40, negatives=9):
+    """A 4DBInfer folder with a retrieval task: each user keeps buying from a favourite few items (so a
+    user's history tells), and each validation and test purchase ships with ``negatives`` random items."""
+    import yaml
+
+    rng = np.random.default_rng(0)
+    (root / "data").mkdir(parents=True)
+    (root / "next").mkdir()
+    favourite = rng.integers(0, items, (users, 3))
+    n = 3000
+    user = rng.integers(0, users, n)
+    item = np.where(rng.random(n) < 0.7, favourite[user, rng.integers(0, 3, n)], rng.integers(0, items, n))
+    time = np.datetime64("2022-01-01") + np.sort(rng.integers(0, 300 * 86400, n)).astype("timedelta64[s]")
+    pd.DataFrame({"user_id": np.arange(users), "age": rng.integers(18, 70, users).astype(float)}).to_parquet(root / "data/users.pqt")
+    pd.DataFrame({"item_id": np.arange(items), "price": rng.random(items)}).to_parquet(root / "data/items.pqt")
+    rows = pd.DataFrame({"user_id": user, "item_id": item, "time": time})
+    cut = [0, int(n * 0.7), int(n * 0.85), n]
+    for split, (lo, hi) in zip(("train", "validation", "test"), zip(cut[:-1], cut[1:])):
+        part = rows.iloc[lo:hi].reset_index(drop=True)
+        if split != "train":  # 4DBInfer's protocol: a query per row, its true item and random negatives
+            neg = part.loc[np.repeat(part.index, negatives)].reset_index(drop=True)
+            neg["item_id"] = rng.integers(0, items, len(neg))
+            part = pd.concat([part.assign(label=1), neg.assign(label=0)], ignore_index=True)
+            part = part.drop_duplicates(["user_id", "time", "item_id"], keep="first")
+            part["query_idx"] = part.groupby(["user_id", "time"]).ngroup()
+        part.to_parquet(root / f"next/{split}.pqt")
+    meta = {"dataset_name": "tinystore", "tables": [
+        {"name": "users", "source": "data/users.pqt", "format": "parquet", "time_column": None,
+         "columns": [{"name": "user_id", "dtype": "primary_key"}, {"name": "age", "dtype": "float"}]},
+        {"name": "items", "source": "data/items.pqt", "format": "parquet", "time_column": None,
+         "columns": [{"name": "item_id", "dtype": "primary_key"}, {"name": "price", "dtype": "float"}]}],
+        "tasks": [{"name": "next-item", "source": "next/{split}.pqt", "format": "parquet", "time_column": "time",
+                   "columns": [{"name": "user_id", "dtype": "foreign_key", "link_to": "users.user_id"},
+                               {"name": "item_id", "dtype": "foreign_key", "link_to": "items.item_id"},
+                               {"name": "time", "dtype": "datetime"}],
+                   "evaluation_metric": "mrr", "target_column": "item_id", "target_table": "purchases",
+                   "task_type": "retrieval", "key_prediction_label_column": "label",
+                   "key_prediction_query_idx_column": "query_idx"}]}
+    (root / "metadata.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
+    return root
+
+
+@functools.cache
+def retrieval_folder(tmp_root: str) -> str:
+    from fourdb.rdb.importers import import_database
+
+    src = write_retrieval(Path(tmp_root) / "dbb")
+    import_database(src, Path(tmp_root) / "db")
+    return str(Path(tmp_root) / "db")
+
+
+def shipped_mrr(folder_4dbinfer, split: str, users, times, ranking) -> float:
+    """4DBInfer's MRR from its own files: per query_idx, its candidate rows sorted by score (here: a
+    candidate's place in our ranking), the reciprocal rank of the first true one; 0 if none is ranked."""
+    rows = pd.read_parquet(Path(folder_4dbinfer) / f"next/{ {'val': 'validation', 'test': 'test'}[split] }.pqt")
+    place = {}
+    for u, t, r in zip(users, times, ranking):
+        for i, item in enumerate(r):
+            if item >= 0:
+                place[(u, pd.Timestamp(t), item)] = i
+    values = []
+    for _, q in rows.groupby("query_idx"):
+        score = [-place.get((u, pd.Timestamp(t), i), 10**9) for u, t, i in zip(q["user_id"], q["time"], q["item_id"])]
+        ordered = q["label"].to_numpy()[np.argsort(score, kind="stable")[::-1]]
+        values.append(1.0 / (np.flatnonzero(ordered == 1)[0] + 1))
+    return float(np.mean(values))
+
+
+def test_a_4dbinfer_retrieval_task_imports_as_a_recommendation_task_over_its_candidates(tmp_path):
+    folder = retrieval_folder(str(tmp_path))
+    spec = find_task(folder, "next-item")
+    assert spec.kind == "recommendation" and spec.link_table == "task_next_item" and spec.metric == "mrr"
+    db = Database.load(folder)
+    task = materialize(spec, db)
+    shipped = pd.read_parquet(tmp_path / "dbb/next/test.pqt")
+    test = task.split("test")
+    # every shipped test query, asked 1 ns before its time, ranks exactly its shipped candidates
+    assert len(test) == shipped["query_idx"].nunique()
+    for (u, t), q in list(shipped.groupby(["user_id", "time"]))[:50]:
+        row = test[(test["entity"] == u) & (test["cutoff"] == pd.Timestamp(t) - pd.Timedelta(1, "ns"))].iloc[0]
+        assert set(row["candidates"]) == set(q["item_id"]) and set(row["label"]) == set(q.loc[q["label"] == 1, "item_id"])
+    # a link is known at its time, and a query is asked 1 ns before: its own link is not known yet
+    inter = Interactions.from_task(task, db)
+    first = test.iloc[0]
+    row = int(pd.Index(db.tables["users"]["user_id"]).get_loc(first["entity"]))
+    known_then = inter.dst[(inter.src == row) & (inter.known <= first["cutoff"].value)]
+    at_query = inter.dst[(inter.src == row) & (inter.known == first["label_known_at"].value)]
+    assert len(at_query) and len(known_then) < ((inter.src == row) & (inter.known <= first["label_known_at"].value)).sum()
+
+
+@pytest.mark.parametrize("model,more", [("repeat", ()), ("gbdt", ()), ("idgnn", ("graph=r2n", "sampler.fanouts=[10,5]")),
+                                        ("sage", ("graph=r2n", "sampler.fanouts=[10,5]"))])
+def test_the_candidate_protocol_equals_4dbinfers_mrr_from_its_files(tmp_path, model, more):
+    """Each model ranks a query's shipped candidates only; the recorded MRR equals 4DBInfer's MRR
+    recomputed from the shipped rows (label, query_idx) and the run's predictions."""
+    folder = retrieval_folder(str(tmp_path))
+    record = run_experiment(config("dataset=folder", f"dataset.path='{folder}'", "task=next-item", f"model={model}",
+                                   "trainer.progress=false", "trainer.epochs=2", *more), tmp_path / "run")
+    preds = pd.read_parquet(tmp_path / "run" / "predictions.parquet")
+    task = materialize(find_task(folder, "next-item"), Database.load(folder)).split("test")
+    items = Database.load(folder).tables["items"]["item_id"].to_numpy()
+    assert (preds["entity"].to_numpy() == task["entity"].to_numpy()).all()
+    assert all(set(r) == set(items[c]) for r, c in zip(preds["prediction"], task["candidates"]))
+    want = shipped_mrr(tmp_path / "dbb", "test", preds["entity"], preds["cutoff"] + pd.Timedelta(1, "ns"),
+                       preds["prediction"])
+    assert record["metrics"]["test"]["mrr"] == pytest.approx(want, abs=1e-12)
+    if model == "repeat":  # a user's favourites: far better than a random order of 10 candidates (0.29)
+        assert want > 0.45

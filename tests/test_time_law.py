@@ -286,3 +286,14 @@ def test_every_built_in_task_is_certified(dataset, params, task, inputs):
     verdict = record["certify"]
     assert verdict["passed"], verdict.get("first_failure")
     assert len(verdict["checks"]) == 4 and all(c["seeds"] > 0 for c in verdict["checks"])
+
+
+@pytest.mark.slow
+def test_the_identity_aware_gnn_is_certified():
+    """Its trees, their reversed edges and the popularity it falls back to all stop at the cutoff."""
+    record = run_experiment(config("dataset=browsing", "dataset.params.size=150", "task=next-views", *FAST,
+                                   "model=idgnn", "trainer.epochs=1", "max_train_seeds=500", "max_val_seeds=300",
+                                   "certify.enabled=true", "certify.groups=2", "certify.max_seeds=50"))
+    verdict = record["certify"]
+    assert verdict["passed"], verdict.get("first_failure")
+    assert len(verdict["checks"]) == 4 and all(c["seeds"] > 0 for c in verdict["checks"])

@@ -1,22 +1,31 @@
 """Data sources for GNNs on recommendation tasks, through the same sampler and input gathering as every
-other GNN: each side of a (source, destination) pair is a seed of its own table, seen as of the pair's
-cutoff.
+other GNN.
+
+``LinkSource`` and ``IdentitySource`` below; in both, every row is seen as of its seed's cutoff.
 
 ``LinkSource`` (two towers): a training batch is B seeds, each with one of its true destinations and
 ``negatives`` random destinations that exist at its cutoff; the source and the distinct (destination,
 cutoff) pairs are sampled as seeds of their tables, and the labels mark which candidates are true.
 Evaluation embeds, per distinct cutoff, the seeds and every destination that exists then, and ranks all
 destinations by the dot product: one matrix product and a top-k per chunk of seeds.
+
+``IdentitySource`` (identity-aware GNN): each seed's neighbourhood is sampled as a tree of its own, and
+the tree's edges, in both directions, form one graph over all of the batch's nodes, so that messages
+flow out from the marked seed to the destination rows it reaches; those rows are its candidates.
+Evaluation ranks them by the model's scores, then every other existing destination by popularity as of
+the cutoff: one dense [seeds, destinations] score matrix and a top-k per chunk of seeds.
 """
 from __future__ import annotations
 
+import dgl
 import numpy as np
 import torch
 
+from fourdb.engine.blocks import make_block
 from fourdb.engine.pipeline import prefetch
 from fourdb.engine.source import GraphSource
 from fourdb.engine.timing import to_device
-from fourdb.features.interactions import CHUNK, RecData
+from fourdb.features.interactions import CHUNK, RecData, only
 
 EVAL_SEED = 12345
 
@@ -71,8 +80,9 @@ class LinkSource(GraphSource):
     def infer(self, module, split: str, device) -> torch.Tensor:
         """[n, k] destination rows per seed of ``split``, ranked by the towers' dot product."""
         module.eval()
-        d, inter, k = self.data, self.rec.interactions, self.rec.k
+        d, inter, k = self.data, self.rec.interactions, self.rec.width(split)
         seeds, cutoffs = d.seeds[split], d.cutoffs[split]
+        allowed = self.rec.allowed.get(split)
         out = torch.full((len(seeds), k), -1, dtype=torch.int64)
         for t in np.unique(cutoffs):
             at = np.flatnonzero(cutoffs == t)
@@ -81,8 +91,12 @@ class LinkSource(GraphSource):
             src = self._embed(module, d.seed_type, seeds[at], int(t), device)
             for start in range(0, len(at), CHUNK):
                 scores = src[start:start + CHUNK] @ dst.T
-                top = torch.topk(scores, min(k, len(present)), dim=1).indices.cpu().numpy()
-                out[at[start:start + CHUNK], :top.shape[1]] = torch.from_numpy(present[top])
+                if allowed is not None:
+                    rows = at[start:start + CHUNK]
+                    scores = scores.masked_fill(~only(allowed[rows], inter.n_dst)[:, present].to(scores.device), -np.inf)
+                top = torch.topk(scores, min(k, len(present)), dim=1)
+                ids = torch.from_numpy(present[top.indices.cpu().numpy()])
+                out[at[start:start + CHUNK], :ids.shape[1]] = ids.masked_fill(~torch.isfinite(top.values.cpu()), -1)
         return out
 
     def _embed(self, module, ntype: str, nodes: np.ndarray, cutoff: int, device) -> torch.Tensor:
@@ -93,3 +107,127 @@ class LinkSource(GraphSource):
                                               np.random.default_rng(EVAL_SEED + start))
             parts.append(module.embed(to_device(blocks, device), to_device(feats, device), ntype))
         return torch.cat(parts) if parts else torch.zeros((0, module.dim), device=device)
+
+
+def both_ways(blocks: list, reverse: dict, ntypes: list[str]):
+    """One block over every node of a sampled batch (its sources and destinations alike), holding each
+    sampled edge once and its reverse once: a node's local id is the same in every block of a batch (each
+    block's nodes are a prefix of the first block's sources), so the blocks' edges join as they are."""
+    first = blocks[0]
+    num = {t: first.num_src_nodes(t) if t in first.srctypes else 0 for t in ntypes}
+    parts: dict[tuple, list] = {}
+    for block in blocks:
+        for et in block.canonical_etypes:
+            src, dst = block.edges(etype=et)
+            if not len(src):
+                continue
+            data = block.edges[et].data
+            eid = data[dgl.EID] if dgl.EID in data else None
+            parts.setdefault(et, []).append((src, dst, eid))
+            parts.setdefault(reverse[et], []).append((dst, src, eid))
+    edges, eids, empty = {}, {}, torch.zeros(0, dtype=torch.int64, device=first.device)
+    for et in first.canonical_etypes:
+        if et not in parts:
+            edges[et] = (empty, empty)
+            if dgl.EID in first.edges[et].data:
+                eids[et] = empty
+            continue
+        src, dst = (torch.cat([p[i] for p in parts[et]]) for i in (0, 1))
+        ids = [p[2] for p in parts[et]]
+        has_ids = all(i is not None for i in ids)
+        # an edge sampled at two hops (a seed's neighbour reaching back to the seed) is one edge
+        key = torch.stack([src, dst, torch.cat(ids) if has_ids else torch.zeros_like(src)], 1)
+        key = torch.unique(key, dim=0)
+        edges[et] = (key[:, 0], key[:, 1])
+        if has_ids:
+            eids[et] = key[:, 2]
+    return make_block(edges, num, num, first.device, eids)
+
+
+class IdentitySource(GraphSource):
+    def __init__(self, rec: RecData, batch_size: int):
+        super().__init__(rec.graph, batch_size)
+        self.rec, self.destination = rec, rec.destination
+        self._popular: dict[int, torch.Tensor] = {}
+
+    def labels(self, split: str) -> np.ndarray:
+        return self.rec.labels[split]
+
+    def tree_batch(self, split: str, idx: np.ndarray, rng: np.random.Generator):
+        """Model inputs ``(block, feats, index, seeds, width)`` for seeds ``idx`` of ``split``, and the
+        destination rows each seed reached (``reached``: seed, row; ``index``: seed, slot of the [seeds,
+        width] score matrix)."""
+        d = self.data
+        batch = self.sampler.sample(d.seed_type, d.seeds[split][idx], d.cutoffs[split][idx], rng,
+                                    d.hidden_etypes, isolate=True)
+        block = both_ways(batch.blocks, d.graph.reverse, d.graph.ntypes)
+        feats = self.gather(batch, blocks=[block])
+        group = batch.input_groups[self.destination].cpu().numpy()
+        rows = batch.input_nodes[self.destination].cpu().numpy()
+        count = np.bincount(group, minlength=len(idx))
+        order = np.argsort(group, kind="stable")
+        slot = np.empty(len(group), np.int64)
+        slot[order] = np.arange(len(group)) - (np.cumsum(count) - count)[group[order]]
+        index = torch.from_numpy(np.stack([group, slot]))
+        return (block, feats, index, len(idx), int(count.max(initial=0))), (group, rows)
+
+    def train_batch(self, idx: np.ndarray, seed: int):
+        inputs, (group, rows) = self.tree_batch("train", idx, np.random.default_rng(seed))
+        truth = self.rec.labels["train"][idx]
+        n_dst = self.rec.interactions.n_dst
+        true_keys = np.concatenate([np.asarray(t, np.int64) + i * n_dst for i, t in enumerate(truth)] + [[]])
+        labels = torch.zeros((inputs[3], inputs[4]))
+        labels[inputs[2][0], inputs[2][1]] = torch.from_numpy(np.isin(group * n_dst + rows, true_keys)).float()
+        return inputs, labels
+
+    def train_batches(self, rng: np.random.Generator):
+        plan = self.epoch_plan(rng)
+        batches = prefetch(((lambda i=idx, s=s: self.train_batch(i, s)) for idx, s in plan), self.workers,
+                           self.engine.prefetch)
+        yield from self._timed(batches)
+
+    def report(self) -> dict:
+        return {**super().report(), "mode": "online"}
+
+    @torch.no_grad()
+    def infer(self, module, split: str, device) -> torch.Tensor:
+        """[n, k] destination rows per seed of ``split``: the reached rows by score, then the popular ones."""
+        module.eval()
+        cutoffs = self.data.cutoffs[split]
+        parts = []
+        for b, start in enumerate(range(0, len(cutoffs), self.batch_size)):
+            idx = np.arange(start, min(len(cutoffs), start + self.batch_size))
+            inputs, (group, rows) = self.tree_batch(split, idx, np.random.default_rng(EVAL_SEED + b))
+            scores = module(*to_device(inputs, device)).cpu()
+            allowed = self.rec.allowed[split][idx] if split in self.rec.allowed else None
+            parts.append(self.ranked(scores, inputs[2], group, rows, cutoffs[idx], self.rec.width(split), allowed))
+        return torch.cat(parts) if parts else torch.full((0, self.rec.width(split)), -1, dtype=torch.int64)
+
+    def ranked(self, scores: torch.Tensor, index: torch.Tensor, group: np.ndarray, rows: np.ndarray,
+               cutoffs: np.ndarray, k: int, allowed=None) -> torch.Tensor:
+        """[seeds, k]: each seed's reached rows by ``scores`` ([seeds, width]), then every other
+        destination that exists at its cutoff by popularity then; only ``allowed`` rows where given."""
+        inter = self.rec.interactions
+        place = torch.argsort(torch.argsort(scores, 1, descending=True), 1)[index[0], index[1]]
+        value = (2.0 + scores.shape[1] - place).double()  # above every popularity score (< 1)
+        out = torch.full((len(cutoffs), k), -1, dtype=torch.int64)
+        step = max(1, 2 ** 24 // max(inter.n_dst, 1))  # seeds per dense [seeds, destinations] matrix
+        for lo in range(0, len(cutoffs), step):
+            matrix = torch.stack([self.popular(int(t)) for t in cutoffs[lo:lo + step]])
+            if allowed is not None:
+                matrix = matrix.masked_fill(~only(allowed[lo:lo + step], inter.n_dst), -np.inf)
+            mine = (group >= lo) & (group < lo + step)
+            r, c, v = group[mine] - lo, rows[mine], value[torch.from_numpy(mine)]
+            born = torch.isfinite(matrix[r, c]).numpy()  # a row not born by the cutoff is never recommended
+            matrix[r[born], c[born]] = v[born]
+            top = torch.topk(matrix, min(k, inter.n_dst), dim=1)
+            out[lo:lo + step, :top.indices.shape[1]] = top.indices.masked_fill(~torch.isfinite(top.values), -1)
+        return out
+
+    def popular(self, cutoff: int) -> torch.Tensor:
+        """Per destination: its popularity at ``cutoff`` scaled into [0, 1), -inf if it does not exist yet."""
+        if cutoff not in self._popular:
+            inter = self.rec.interactions
+            pop = inter.popularity_score(cutoff)
+            self._popular[cutoff] = torch.from_numpy(np.where(inter.exists(cutoff), pop / (pop.max() + 1), -np.inf))
+        return self._popular[cutoff]

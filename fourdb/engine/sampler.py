@@ -153,6 +153,7 @@ class SampledBatch:
     input_cutoffs: dict[str, torch.Tensor]  # cutoff (int64 ns) per source pair, for relative time
     seed_type: str
     num_seeds: int
+    input_groups: dict[str, torch.Tensor] | None = None  # per source pair: its seed (``isolate`` only)
 
 
 def _as_tensor(x, device) -> torch.Tensor:
@@ -213,16 +214,21 @@ class TemporalSampler:
         return rows, offsets
 
     def sample(self, seed_type: str, seeds, cutoffs, rng: np.random.Generator,
-               hidden_etypes: frozenset = frozenset()) -> SampledBatch:
+               hidden_etypes: frozenset = frozenset(), isolate: bool = False) -> SampledBatch:
         """Blocks for ``seeds`` of ``seed_type``, each seen as of its cutoff (int64 nanoseconds).
 
         ``hidden_etypes`` are edge types into the seed rows themselves that must not be used: the
-        foreign keys a row-column task hides.
+        foreign keys a row-column task hides. With ``isolate`` every seed gets a tree of its own (a
+        node is a (row, seed) pair, never shared with another seed's), and ``input_groups`` says
+        which seed reached each input node: what an identity-aware model reads its scores from.
         """
         dev = self.device
         seeds = _as_tensor(seeds, dev)
         cut_np = cutoffs.cpu().numpy() if isinstance(cutoffs, torch.Tensor) else np.asarray(cutoffs, np.int64)
-        cut_values_np, cut_rank_np = np.unique(cut_np, return_inverse=True)
+        if isolate:  # a "cutoff rank" per seed: pairs of different seeds never merge, even at one cutoff
+            cut_values_np, cut_rank_np = cut_np.reshape(-1), np.arange(cut_np.size)
+        else:
+            cut_values_np, cut_rank_np = np.unique(cut_np, return_inverse=True)
         n_cut = len(cut_values_np)
         cut_values = torch.from_numpy(cut_values_np).to(dev)
         cut_codes = torch.from_numpy(self.coder.code(cut_values_np)).to(dev)
@@ -296,4 +302,5 @@ class TemporalSampler:
             frontier = src_unique
         input_nodes = {t: k // n_cut for t, k in frontier.items()}
         input_cutoffs = {t: cut_values[k % n_cut] for t, k in frontier.items()}
-        return SampledBatch(blocks, input_nodes, input_cutoffs, seed_type, len(seeds))
+        groups = {t: k % n_cut for t, k in frontier.items()} if isolate else None
+        return SampledBatch(blocks, input_nodes, input_cutoffs, seed_type, len(seeds), groups)

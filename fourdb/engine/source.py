@@ -83,15 +83,16 @@ class GraphSource(DataSource):
         batch = self.sample(split, idx, rng)
         return (batch.blocks, self.gather(batch)), batch
 
-    def gather(self, batch, task_seeds: bool = True) -> dict[str, dict[str, torch.Tensor]]:
-        """Input node features per type; featured edges get theirs on the batch's blocks. With
-        ``task_seeds`` the batch's seeds are the task's seed rows, whose hidden columns are masked."""
+    def gather(self, batch, task_seeds: bool = True, blocks: list | None = None) -> dict[str, dict[str, torch.Tensor]]:
+        """Input node features per type; featured edges get theirs on ``blocks`` (the batch's own, or
+        blocks made from them over the same nodes). With ``task_seeds`` the batch's seeds are the task's
+        seed rows, whose hidden columns are masked."""
         d, out = self.data, {}
         cutoffs = {t: c.cpu().numpy() for t, c in batch.input_cutoffs.items()}
         for ntype, nodes in batch.input_nodes.items():
             out[ntype] = node_inputs(d, ntype, nodes.cpu().numpy(), cutoffs[ntype],
                                      batch.num_seeds if task_seeds and ntype == d.seed_type else 0)
-        add_edge_features(d, batch.blocks, cutoffs)
+        add_edge_features(d, batch.blocks if blocks is None else blocks, cutoffs)
         return out
 
     def timed_batches(self, rng: np.random.Generator, n: int) -> tuple[list, float]:

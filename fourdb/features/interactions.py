@@ -10,7 +10,7 @@ source). A destination row newer than the cutoff does not exist yet and is never
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -98,9 +98,10 @@ class Interactions:
         return m
 
     # -- ranking -----------------------------------------------------------------------------------
-    def rank(self, sources: np.ndarray, cutoffs: np.ndarray, k: int, score) -> np.ndarray:
+    def rank(self, sources: np.ndarray, cutoffs: np.ndarray, k: int, score, allowed=None) -> np.ndarray:
         """[n, k] destination rows per (source, cutoff), best first, by ``score(sources, cutoff) -> [n,
-        destinations]`` per distinct cutoff; destinations that do not exist yet are never ranked."""
+        destinations]`` per distinct cutoff; destinations that do not exist yet are never ranked, nor
+        any outside a seed's ``allowed`` rows where given (shipped candidates)."""
         out = np.full((len(sources), k), -1, np.int64)
         for t in np.unique(cutoffs):
             at = np.flatnonzero(cutoffs == t)
@@ -109,12 +110,24 @@ class Interactions:
                 rows = at[start:start + CHUNK]
                 s = torch.from_numpy(np.array(score(sources[rows], int(t)), dtype=np.float64))  # a copy: scores may be read-only
                 s = s.masked_fill(absent[None, :], -np.inf)
+                if allowed is not None:
+                    s = s.masked_fill(~only(allowed[rows], self.n_dst), -np.inf)
                 top = torch.topk(s, min(k, s.shape[1]), dim=1)
                 ids = top.indices.numpy()
                 ids[~np.isfinite(top.values.numpy())] = -1  # fewer existing destinations than k
                 out[rows, :ids.shape[1]] = ids
         return out
 
+
+
+def only(allowed, n_dst: int) -> torch.Tensor:
+    """[len(allowed), n_dst] bool: True at each seed's allowed destination rows."""
+    mask = torch.zeros((len(allowed), n_dst), dtype=torch.bool)
+    sizes = [len(a) for a in allowed]
+    if sum(sizes):
+        mask[torch.from_numpy(np.repeat(np.arange(len(allowed)), sizes)),
+             torch.from_numpy(np.concatenate([np.asarray(a, np.int64) for a in allowed]))] = True
+    return mask
 
 
 def repeat_score(inter: Interactions):
@@ -141,10 +154,19 @@ class RecData:
     pairs: object = None  # fourdb.features.TableData over (seed, candidate) rows
     candidates: dict[str, np.ndarray] | None = None
     graph: object = None  # fourdb.engine.data.GraphData, for the GNNs
+    # per split, the destination rows each seed ranks (a task's shipped candidates); absent: every one
+    allowed: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def width(self, split: str) -> int:
+        """How many destinations a prediction for ``split`` lists: ``k``, or every shipped candidate."""
+        if split not in self.allowed:
+            return self.k
+        return max([len(a) for a in self.allowed[split]], default=1)
 
 
 def rec_data(db: Database, task: Task, splits: dict) -> RecData:
+    allowed = {s: f["candidates"].to_numpy() for s, f in splits.items() if s != "train" and "candidates" in f.columns}
     return RecData(Interactions.from_task(task, db), {s: f["node"].to_numpy() for s, f in splits.items()},
                    {s: to_epoch_ns(f["cutoff"]) for s, f in splits.items()},
                    {s: splits[s]["label"].to_numpy() for s in ("train", "val")}, int(task.spec.eval_k),
-                   task.spec.destination_table)
+                   task.spec.destination_table, allowed=allowed)

@@ -1,7 +1,8 @@
 """(seed, candidate) pairs for ranking models: a recommendation task as a binary task over pairs.
 
 Each seed (source, cutoff) gets ``candidates`` destinations: its own past destinations, then the most
-popular ones, as of the cutoff (``fourdb.features.interactions.repeat_score``). A pair is labelled 1 when
+popular ones, as of the cutoff (``fourdb.features.interactions.repeat_score``); or, where the task ships
+them, its listed candidates. A pair is labelled 1 when
 the candidate is among the seed's true destinations. Its features: the source's row at the cutoff and
 the candidate's row at the cutoff, each through the run's feature set (single-table columns, or DFS),
 and what the history says of the pair: how often and how recently the source linked to it, and how
@@ -27,7 +28,8 @@ def pair_data(data: RecData, db: Database, task: Task, splits: dict, features: s
     """``data`` with ``pairs`` and ``candidates`` filled in, for feature set ``features``."""
     inter = data.interactions
     c = max(MIN_CANDIDATES, 5 * data.k)
-    candidates = {s: inter.rank(data.seeds[s], data.cutoffs[s], c, repeat_score(inter)) for s in splits}
+    candidates = {s: shipped(data.allowed[s]) if s in data.allowed else
+                  inter.rank(data.seeds[s], data.cutoffs[s], c, repeat_score(inter)) for s in splits}
     source = build_table_features(features, db, task, splits, **params)
     # each candidate's own row at its seed's cutoff: a task over the destination table, one seed per distinct pair
     dst_task = Task(dataclasses.replace(task.spec, entity_table=task.spec.destination_table, kind="entity_window"),
@@ -52,6 +54,16 @@ def pair_data(data: RecData, db: Database, task: Task, splits: dict, features: s
             truth = data.labels[s]
             labels[s] = np.array([d in set(truth[i].tolist()) for i, d in zip(seed, dst)], dtype=np.int64)
     return dataclasses.replace(data, pairs=TableData(tables, labels), candidates=candidates)
+
+
+def shipped(allowed: np.ndarray) -> np.ndarray:
+    """[n, most candidates] destination rows, -1 padded: each seed's shipped candidates."""
+    sizes = np.array([len(a) for a in allowed], np.int64)
+    out = np.full((len(allowed), int(sizes.max(initial=0))), -1, np.int64)
+    if sizes.sum():
+        out[np.repeat(np.arange(len(allowed)), sizes), np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes)] = \
+            np.concatenate([np.asarray(a, np.int64) for a in allowed])
+    return out
 
 
 def _pair_history(data: RecData, split: str, seed: np.ndarray, dst: np.ndarray) -> EncodedTable:

@@ -36,6 +36,7 @@ class RelGraph:
     features: dict[str, EncodedTable]  # per node type
     encoders: dict[str, TableEncoder]
     edge_features: dict[tuple, EncodedTable] = field(default_factory=dict)
+    reverse: dict[tuple, tuple] = field(default_factory=dict)  # each edge type's reverse edge type
 
     @property
     def ntypes(self) -> list[str]:
@@ -96,7 +97,7 @@ def build_graph(db: Database, kind: str = "r2ne", fit_until=None) -> RelGraph:
     def rows_of(table: str, values: pd.Series) -> np.ndarray:
         return key_index[table].get_indexer(values)
 
-    edges, edge_time, edge_feats, encoders, features = {}, {}, {}, {}, {}
+    edges, edge_time, edge_feats, encoders, features, reverse = {}, {}, {}, {}, {}, {}
     for t in db.schema.tables:
         df = db.tables[t.name]
         fks = t.foreign_keys
@@ -108,6 +109,7 @@ def build_graph(db: Database, kind: str = "r2ne", fit_until=None) -> RelGraph:
             encoders[t.name] = enc
             feats = enc.transform(df[ok].reset_index(drop=True))
             row_t = times[t.name][ok]
+            pair = []
             for (src_t, src, dst_t, dst, name) in ((a.link_table, sa[ok], b.link_table, sb[ok], relation(t.name)),
                                                    (b.link_table, sb[ok], a.link_table, sa[ok],
                                                     relation(t.name, "rev"))):
@@ -115,6 +117,8 @@ def build_graph(db: Database, kind: str = "r2ne", fit_until=None) -> RelGraph:
                 edges[et] = (src, dst)
                 edge_time[et] = np.maximum(row_t, times[src_t][src])
                 edge_feats[et] = feats
+                pair.append(et)
+            reverse.update({pair[0]: pair[1], pair[1]: pair[0]})
             continue
         for fk in fks:
             parent_rows = rows_of(fk.link_table, df[fk.name])
@@ -126,6 +130,7 @@ def build_graph(db: Database, kind: str = "r2ne", fit_until=None) -> RelGraph:
             edges[fwd], edge_time[fwd] = (c, p), times[t.name][c]
             # the child (destination) is already admitted at the cutoff, so its own key is known then
             edges[rev], edge_time[rev] = (p, c), times[fk.link_table][p]
+            reverse.update({fwd: rev, rev: fwd})
     node_tables = [t for t in db.schema.tables if t.name not in as_edges]
     g = dgl.heterograph(
         {et: (torch.from_numpy(np.asarray(s, dtype=np.int64)), torch.from_numpy(np.asarray(d, dtype=np.int64)))
@@ -144,4 +149,4 @@ def build_graph(db: Database, kind: str = "r2ne", fit_until=None) -> RelGraph:
         if et in edge_feats:
             g.edges[et].data["num"] = torch.from_numpy(edge_feats[et].numeric)
             g.edges[et].data["cat"] = torch.from_numpy(edge_feats[et].categorical)
-    return RelGraph(g, kind, features, encoders, edge_feats)
+    return RelGraph(g, kind, features, encoders, edge_feats, reverse)

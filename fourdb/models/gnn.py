@@ -27,7 +27,7 @@ from fourdb.engine.data import input_width
 from fourdb.engine.source import GraphSource
 from fourdb.engine.blocks import make_block
 from fourdb.errors import FourdbError
-from fourdb.models.base import NeuralModel, check_params
+from fourdb.models.base import MODELS, NeuralModel, check_params
 from fourdb.models.encoders import TypeEncoder, key
 
 
@@ -132,3 +132,21 @@ class GNN(NeuralModel):
 
     def make_source(self, data, trainer_cfg) -> GraphSource:
         return GraphSource(data, trainer_cfg.batch_size)
+
+
+class RecommendationGNN(GNN):
+    """A recommendation model around the convolution of a named GNN (``gnn: sage``): the two towers
+    and the identity-aware GNN. ``build`` and ``make_source`` take a ``RecData`` whose ``graph`` is set."""
+
+    extra_params: tuple[str, ...] = ("gnn",)
+    task_types = ("recommendation",)
+
+    def __init__(self, info, seed: int = 0, **params):
+        super().__init__(info, seed, **params)
+        self.gnn = MODELS.get(params.get("gnn", "sage"))(info, seed=seed)
+
+    def conv(self, etypes, hidden, **params):
+        return self.gnn.conv(etypes, hidden, **params)
+
+    def conv_signature(self):
+        return self.gnn.conv

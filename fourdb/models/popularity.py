@@ -22,7 +22,8 @@ class Popularity(Model):
         return self
 
     def predict(self, data: RecData, split: str) -> np.ndarray:
-        return data.interactions.rank(data.seeds[split], data.cutoffs[split], data.k, self.score(data))
+        return data.interactions.rank(data.seeds[split], data.cutoffs[split], data.width(split), self.score(data),
+                                      data.allowed.get(split))
 
 
 @register_model("repeat")

@@ -27,7 +27,7 @@ class PairRanker(Model):
         cand = data.candidates[split]
         scores = np.full(cand.shape, -np.inf)
         scores[cand >= 0] = np.asarray(self.inner.predict(data.pairs, split), dtype=float).reshape(-1)
-        order = np.argsort(-scores, axis=1, kind="stable")[:, :data.k]
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :data.width(split)]
         out = np.take_along_axis(cand, order, 1)
         out[~np.isfinite(np.take_along_axis(scores, order, 1))] = -1
         return out

@@ -8,8 +8,8 @@ from torch import nn
 
 from fourdb.engine.links import LinkSource
 from fourdb.features.interactions import RecData
-from fourdb.models.base import MODELS, register_model
-from fourdb.models.gnn import GNN, HeteroGNN
+from fourdb.models.base import register_model
+from fourdb.models.gnn import HeteroGNN, RecommendationGNN
 
 
 class TwoTowerNet(nn.Module):
@@ -28,19 +28,8 @@ class TwoTowerNet(nn.Module):
 
 
 @register_model("two_tower")
-class TwoTower(GNN):
+class TwoTower(RecommendationGNN):
     extra_params = ("gnn", "negatives")
-    task_types = ("recommendation",)
-
-    def __init__(self, info, seed: int = 0, **params):
-        super().__init__(info, seed, **params)
-        self.gnn = MODELS.get(params.get("gnn", "sage"))(info, seed=seed)
-
-    def conv(self, etypes, hidden, **params):
-        return self.gnn.conv(etypes, hidden, **params)
-
-    def conv_signature(self):
-        return self.gnn.conv
 
     def build(self, data: RecData) -> TwoTowerNet:
         hidden = self.params.get("hidden", 64)  # the head gives each row a vector of this size

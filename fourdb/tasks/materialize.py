@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -144,8 +145,8 @@ def materialize(spec: TaskSpec, db: Database) -> Task:
     pk = table.primary_key
     if pk is None:
         raise TaskError(f"task '{spec.name}': table '{spec.entity_table}' has no primary key to predict for")
-    frame = {"entity_window": _materialize_window, "recommendation": _materialize_window,
-             "row_column": _materialize_row, "autocomplete": _materialize_column}[spec.kind](spec, db, pk)
+    frame = {"entity_window": _materialize_window, "recommendation": _materialize_links if spec.link_table else
+             _materialize_window, "row_column": _materialize_row, "autocomplete": _materialize_column}[spec.kind](spec, db, pk)
     frame = frame.dropna(subset=["label"])
     if frame.duplicated(["entity", "cutoff"]).any():
         first = frame[frame.duplicated(["entity", "cutoff"])].iloc[0]
@@ -158,6 +159,8 @@ def materialize(spec: TaskSpec, db: Database) -> Task:
         frame = _relbench_dangling(spec, db, frame)
     if spec.kind == "recommendation":
         frame = _destinations(spec, db, frame)
+        if spec.candidates:
+            frame = _with_candidates(spec, db, frame)
     dropped = {}
     if spec.kind in ("entity_window", "recommendation"):
         frame, dropped = _drop_unborn(spec, db, frame)
@@ -179,8 +182,9 @@ def materialize(spec: TaskSpec, db: Database) -> Task:
     hidden = [c for c in table.column_names if c not in spec.known_columns and c != pk] \
         if spec.kind == "row_column" else []
     removed = list(spec.remove_columns) + ([(table.name, spec.label)] if spec.kind == "autocomplete" else [])
-    task = Task(spec, frame[["entity", "node", "cutoff", "label", "label_known_at", "split"]], num_classes,
-                dropped, hidden, removed)
+    columns = ["entity", "node", "cutoff", "label", "label_known_at", "split"] + \
+        (["candidates"] if "candidates" in frame.columns else [])
+    task = Task(spec, frame[columns], num_classes, dropped, hidden, removed)
     check_time_splits(task)
     return task
 
@@ -231,11 +235,75 @@ def past_links(task: "Task", db: Database) -> pd.DataFrame:
     """A recommendation task's links as the database shows them, window by window at every cutoff of
     the task: ``node`` (source row), ``dst`` (destination rows) and ``known`` (when the window closes). A
     model may use a link once it is known: these are the database's past, read with the task's SQL, not
-    the label table (so later test seeds see the weeks after the first test cutoff too)."""
-    frame = window_labels(task.spec, db, np.unique(task.frame["cutoff"].to_numpy()))
+    the label table (so later test seeds see the weeks after the first test cutoff too). From a table of
+    timed links: every link, known at its time."""
+    if task.spec.link_table:
+        frame = link_queries(task.spec, db)
+    else:
+        frame = window_labels(task.spec, db, np.unique(task.frame["cutoff"].to_numpy()))
     frame["node"] = _rows(db, task.spec.entity_table, frame["entity"])
     frame = _destinations(task.spec, db, frame[frame["node"] >= 0].assign(split="links"))
     return frame.rename(columns={"label": "dst", "label_known_at": "known"})[["node", "dst", "known"]]
+
+
+def link_queries(spec: TaskSpec, db: Database) -> pd.DataFrame:
+    """A table of timed links as queries: per (source, time), the destination keys linked then, asked 1 ns
+    before (so neither the link nor anything else stamped at that time is known yet)."""
+    table = db.schema.table(spec.link_table) if spec.link_table in db.schema.table_names else None
+    if table is None:
+        raise TaskError(f"task '{spec.name}': table '{spec.link_table}' is not in the database")
+    columns = (spec.source_column, spec.destination_column, spec.cutoff_column)
+    for col in columns:
+        if col not in table.column_names:
+            raise TaskError(f"task '{spec.name}': table '{table.name}' has no column '{col}'")
+    df = db.tables[table.name][list(columns)].dropna()
+    df.columns = ["entity", "dst", "time"]
+    df["time"] = pd.to_datetime(df["time"]).astype("datetime64[ns]")
+    out = df.groupby(["entity", "time"], sort=True)["dst"].agg(list).reset_index()
+    return pd.DataFrame({"entity": out["entity"], "cutoff": out["time"] - pd.Timedelta(1, "ns"),
+                         "label": out["dst"], "label_known_at": out["time"]})
+
+
+def _materialize_links(spec: TaskSpec, db: Database, pk: str) -> pd.DataFrame:
+    frame = link_queries(spec, db)
+    val, test = pd.Timestamp(spec.timestamps["val"]), pd.Timestamp(spec.timestamps["test"])
+    frame["split"] = np.where(frame["cutoff"] >= test, "test", np.where(frame["cutoff"] >= val, "val", "train"))
+    # a query belongs to a split only if its links are known before the next split begins
+    keep = ((frame["split"] == "train") & (frame["label_known_at"] <= val)) | \
+           ((frame["split"] == "val") & (frame["label_known_at"] <= test)) | (frame["split"] == "test")
+    return frame[keep].reset_index(drop=True)
+
+
+def _with_candidates(spec: TaskSpec, db: Database, frame: pd.DataFrame) -> pd.DataFrame:
+    """Each validation and test query's candidate destination rows, from the task's ``candidates`` file (its
+    true destinations among them); a query the file lists nothing for is dropped (it could not be scored)."""
+    path = Path(db.folder or ".") / spec.candidates
+    if not path.exists():
+        raise TaskError(f"task '{spec.name}': candidates file {path} not found")
+    try:
+        listed = pd.read_parquet(path, columns=[spec.source_column, spec.cutoff_column, spec.destination_column])
+    except Exception as e:  # noqa: BLE001 - any reader failure is a bad file
+        raise TaskError(f"task '{spec.name}': cannot read candidates {path}: {str(e).splitlines()[0]}") from None
+    listed.columns = ["entity", "time", "dst"]
+    listed["cutoff"] = pd.to_datetime(listed["time"]).astype("datetime64[ns]") - pd.Timedelta(1, "ns")
+    index = pd.Index(db.tables[spec.destination_table][db.schema.table(spec.destination_table).primary_key])
+    listed["row"] = index.get_indexer(listed["dst"])
+    listed = listed[listed["row"] >= 0].drop_duplicates(["entity", "cutoff", "row"])
+    per_query = listed.groupby(["entity", "cutoff"])["row"].agg(list)
+    found = pd.MultiIndex.from_frame(frame[["entity", "cutoff"]]).map(per_query.to_dict().get) if len(frame) else []
+    frame = frame.assign(candidates=list(found))
+    scored = frame["split"] != "train"
+    missing = scored & frame["candidates"].isna()
+    if missing.all() and scored.any():
+        raise TaskError(f"task '{spec.name}': no validation or test query (source, {spec.cutoff_column}) has "
+                        f"candidates in {path}")
+    if missing.any():
+        log.warning("task '%s': %d validation and test queries have no candidates in %s and were dropped",
+                    spec.name, int(missing.sum()), path)
+    frame = frame[~missing].reset_index(drop=True)
+    frame["candidates"] = [None if s == "train" else np.union1d(c, y).astype(np.int64)
+                           for s, c, y in zip(frame["split"], frame["candidates"], frame["label"])]
+    return frame
 
 
 def _relbench_dangling(spec: TaskSpec, db: Database, frame: pd.DataFrame) -> pd.DataFrame:

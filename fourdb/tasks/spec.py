@@ -8,7 +8,12 @@ one of four kinds (``fourdb.tasks.materialize`` turns it into seeds and labels):
   label window as a DuckDB interval (``{timedelta}``: its text, as RelBench writes it). ``output`` names
   the columns when the SQL calls them otherwise.
 * ``recommendation``: the same, yielding ``(<source key>, cutoff, LIST(<destination key>))``: which
-  destinations each source links to in the window; scored at ``eval_k``.
+  destinations each source links to in the window; scored at ``eval_k``. Or, instead of ``sql``, a table
+  of timed links (``table``, ``source_column``, ``destination_column``, ``cutoff_column``; 4DBInfer's
+  retrieval tasks): every (source, time) is a query asked just before that time (1 ns), for the
+  destinations linked then; ``candidates`` (a parquet file in the database folder with the same three
+  columns) limits each validation and test query's ranking to its listed destinations, 4DBInfer's
+  protocol. ``window`` is then the span "recent" popularity counts.
 * ``row_column`` (4DBInfer's tasks): predict an expression over an event table's own row, asked at the
   row's ``cutoff_column``; only ``known_columns`` of the seed row are visible.
 * ``autocomplete`` (RelBench's): predict a column of every row of a table, asked at the row's time;
@@ -46,7 +51,8 @@ RULES = ("fourdb", "relbench")  # how cutoffs are laid out (fourdb.tasks.materia
 COMMON_KEYS = ("name", "dataset", "description", "kind", "task_type", "metrics", "timestamps", "sanity",
                "remove_columns")
 KIND_KEYS = {"entity_window": ("entity_table", "sql", "window", "output"),
-             "recommendation": ("source_table", "destination_table", "sql", "window", "output", "eval_k"),
+             "recommendation": ("source_table", "destination_table", "sql", "window", "output", "eval_k", "table",
+                                "source_column", "destination_column", "cutoff_column", "candidates"),
              "row_column": ("table", "label", "where", "cutoff_column", "known_columns"),
              "autocomplete": ("table", "label")}
 WINDOW_TIMESTAMPS = ("start", "end", "step", "max_train_cutoffs", "rule", "num_eval_timestamps")
@@ -82,6 +88,10 @@ class TaskSpec:
     output: dict = field(default_factory=dict)  # entity / cutoff / label -> the column the SQL names it
     destination_table: str | None = None  # recommendation: the table whose rows are recommended
     eval_k: int | None = None  # recommendation: how many destinations a prediction lists
+    link_table: str | None = None  # recommendation from a table of timed links (instead of sql)
+    source_column: str | None = None
+    destination_column: str | None = None
+    candidates: str | None = None  # recommendation: a file of the destinations each val/test query ranks
     remove_columns: list[tuple[str, str]] = field(default_factory=list)  # hidden from every input path
     description: str = ""
     sanity: bool = False  # a check (e.g. a planted leak that must stay at chance), left out of average ranks
@@ -148,7 +158,14 @@ class TaskSpec:
         )
         if (task_type == "recommendation") != (kind == "recommendation"):
             raise TaskError(f"{where}: task_type recommendation goes with kind recommendation (and only it)")
-        if kind in WINDOW_KINDS:
+        links = kind == "recommendation" and raw.get("sql") in (None, "")
+        if links:  # a table of timed links: one query per (source, time), no cutoff grid
+            spec.window = need("window")
+            _duration(spec.window, "window", where)
+            spec.link_table, spec.cutoff_column = need("table"), need("cutoff_column")
+            spec.source_column, spec.destination_column = need("source_column"), need("destination_column")
+            spec.candidates = raw.get("candidates") or None
+        elif kind in WINDOW_KINDS:
             spec.sql, spec.window = need("sql"), need("window")
             if not isinstance(spec.sql, str):
                 raise TaskError(f"{where}: sql must be text (a SELECT over cutoffs), got {spec.sql!r}")

@@ -72,6 +72,8 @@ class Trainer:
             # per-candidate BCE must also learn the base rate through the dot product, and got stuck there
             true = y.bool()
             keep = true.any(1)
+            if not keep.any():  # no true candidate in the batch (an identity-aware tree reached none): no signal
+                return (out[torch.isfinite(out)] * 0).sum()
             out, true = out[keep], true[keep]
             return (torch.logsumexp(out, 1) - torch.logsumexp(out.masked_fill(~true, float("-inf")), 1)).mean()
         if self.task_type == "binary":

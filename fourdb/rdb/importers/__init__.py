@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 from fourdb.errors import DatabaseImportError, FourdbError
@@ -95,14 +96,22 @@ def _unrecognised(path: Path, tried: list[Format]) -> str:
 
 
 def _check_task(folder: Path, db: Database, name: str, spec: dict, report: ImportReport) -> dict[str, int]:
-    """Write a converted task file and materialize it once; a task that does not materialize is dropped."""
+    """Write a converted task file and materialize it once; a task that does not materialize is dropped.
+    A task's shipped ``candidates`` (a frame) are written beside it, and the file names them."""
     from fourdb.tasks import TaskSpec, materialize
 
+    if isinstance(spec.get("candidates"), pd.DataFrame):
+        path = Path("tasks") / f"{name}.candidates.parquet"
+        (folder / "tasks").mkdir(exist_ok=True)
+        spec["candidates"].to_parquet(folder / path, index=False)
+        spec = {**spec, "candidates": str(path)}
     text = yaml.safe_dump(spec, sort_keys=False)
     try:
         task = materialize(TaskSpec.from_dict(yaml.safe_load(text), f"tasks/{name}.yaml"), db)
     except FourdbError as e:
         report.notes.append(f"task '{name}' not converted: {e}")
+        if spec.get("candidates"):
+            (folder / spec["candidates"]).unlink(missing_ok=True)
         return {}
     atomic_write_text(folder / "tasks" / f"{name}.yaml", text)
     return {s: int((task.frame["split"] == s).sum()) for s in ("train", "val", "test")}

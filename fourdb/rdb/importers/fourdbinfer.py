@@ -5,6 +5,7 @@ becomes a fourdb task over a table of its samples (see ``samples``).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import yaml
 
 from fourdb.errors import DatabaseImportError
 from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
+from fourdb.rdb.importers.dtypes import _parse_datetimes
 from fourdb.rdb.importers.samples import _samples_task
 
 DBB_DTYPES = {"float": "numeric", "category": "category", "datetime": "datetime", "text": "text",
@@ -109,8 +111,7 @@ def _dbb_task(folder: Path, tm: dict, sources: dict[str, SourceTable], dname: st
     name = str(tm.get("name", "task"))
     skip = f"4DBInfer task '{name}' not converted:"
     if tm.get("task_type") == "retrieval":
-        report.notes.append(f"{skip} retrieval (key prediction) tasks have no fourdb equivalent")
-        return None
+        return _retrieval_task(folder, tm, sources, dname, report)
     cols = tm.get("columns") or []
     keys = [c for c in cols if c.get("dtype") in ("primary_key", "foreign_key")]
     if len(keys) != 1:
@@ -159,3 +160,72 @@ def _dbb_task(folder: Path, tm: dict, sources: dict[str, SourceTable], dname: st
 
 IMPORTERS.register("4dbinfer", Format("4DBInfer", folder=True, order=10, lacks="no metadata.yaml",
                                       detect=lambda p: (p / "metadata.yaml").exists(), read=_read_4dbinfer))
+
+
+RETRIEVAL_METRICS = {"mrr": "mrr", "hr": "hit_rate", "ndcg": "ndcg"}
+
+
+def _retrieval_task(folder: Path, tm: dict, sources: dict[str, SourceTable], dname: str,
+                    report: ImportReport) -> tuple[SourceTable, dict] | None:
+    """A retrieval (key prediction) task -> a recommendation task over a table of its links.
+
+    Its rows (source key, target key, time) are the links: every split's true ones become a table of the
+    database, each known at its time, and every (source, time) a query asked just before it. The
+    validation and test files' rows, true and negative (``key_prediction_label_column``), are each
+    query's candidates, ranked under 4DBInfer's protocol (MRR over the shipped candidates)."""
+    name = str(tm.get("name", "task"))
+    skip = f"4DBInfer task '{name}' not converted:"
+    cols = tm.get("columns") or []
+    target, tcol = tm.get("target_column"), tm.get("time_column")
+    keys = {str(c["name"]): str(c.get("link_to") or "") for c in cols if c.get("dtype") == "foreign_key"}
+    if target not in keys or "." not in keys[target]:
+        report.notes.append(f"{skip} its target column '{target}' is not a foreign key with link_to")
+        return None
+    others = [k for k in keys if k != target]
+    if len(others) != 1 or "." not in keys[others[0]]:
+        report.notes.append(f"{skip} it has {len(others)} query keys beside '{target}'; fourdb queries one source")
+        return None
+    if not tcol:
+        report.notes.append(f"{skip} it has no time column, and fourdb asks a query at a time")
+        return None
+    source_key = others[0]
+    (src_table, src_pk), (dst_table, dst_pk) = (keys[source_key].split(".", 1), keys[target].split(".", 1))
+    label = tm.get("key_prediction_label_column") or "label"
+    splits = {}
+    for split, ours in (("train", "train"), ("validation", "val"), ("test", "test")):
+        data = _load_dbb_table(folder, str(tm["source"]).format(split=split), tm.get("format", "parquet"),
+                               f"4DBInfer task '{name}'")
+        missing = [c for c in (source_key, target, tcol) if c not in data]
+        if missing or (ours != "train" and label not in data):
+            report.notes.append(f"{skip} its {split} rows lack column(s) {', '.join(missing or [label])}")
+            return None
+        when = _parse_datetimes(pd.Series(data[tcol]), numbers_as_ns=True)
+        if when is None or when.isna().any():
+            report.notes.append(f"{skip} its time column '{tcol}' is not all timestamps")
+            return None
+        true = np.asarray(data[label]) == 1 if label in data else np.ones(len(when), bool)
+        splits[ours] = pd.DataFrame({source_key: data[source_key], target: data[target], tcol: when, "true": true})
+    extra = sorted({str(c["name"]) for c in cols} - {source_key, target, tcol})
+    if extra:
+        report.notes.append(f"4DBInfer task '{name}': its columns {', '.join(extra)} are not part of a query here")
+    links = pd.concat([f[f["true"]] for f in splits.values()], ignore_index=True).drop(columns="true")
+    links = links.sort_values(tcol, kind="stable").reset_index(drop=True)
+    links.insert(0, "link_id", np.arange(len(links)))
+    table = f"task_{re.sub(r'[^A-Za-z0-9_]', '_', name)}"
+    linked = SourceTable(table, links, {}, "link_id", {source_key: (src_table, src_pk), target: (dst_table, dst_pk)},
+                         {tcol: "datetime"}, tcol)
+    candidates = pd.concat([splits["val"], splits["test"]], ignore_index=True).drop(columns="true")
+    starts = {s: splits[s][tcol].min() - pd.Timedelta(1, "ns") for s in ("val", "test")}
+    window = max(1, (starts["test"] - starts["val"]).days)
+    first = RETRIEVAL_METRICS.get(str(tm.get("evaluation_metric")), "mrr")
+    spec = {
+        "name": name, "dataset": dname, "kind": "recommendation", "task_type": "recommendation",
+        "description": f"Converted from 4DBInfer retrieval task '{name}': which {dst_table} a {src_table} links to "
+                       f"at a time (target {tm.get('target_table')}.{target}), ranked among the shipped candidates.",
+        "metrics": [first] + [m for m in ("mrr", "hit_rate", "ndcg") if m != first],
+        "source_table": src_table, "destination_table": dst_table, "table": table, "source_column": source_key,
+        "destination_column": target, "cutoff_column": tcol, "candidates": candidates,
+        "window": f"{window} days", "eval_k": 10,
+        "timestamps": {"val": str(starts["val"]), "test": str(starts["test"])},
+    }
+    return linked, spec

@@ -1,0 +1,43 @@
+"""An identity-aware GNN for recommendation (the ID-GNN idea, as in RelBench): the seed row is marked
+by a learned vector added to its input state, messages flow out from it through its own sampled tree
+(edges in both directions, ``fourdb.engine.links.IdentitySource``), and every destination row the tree
+reaches is scored by the head on its final state. So a score is about this destination as seen from
+this source. Destinations outside the tree are ranked after the reached ones, by popularity."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fourdb.engine.links import IdentitySource
+from fourdb.features.interactions import RecData
+from fourdb.models.base import register_model
+from fourdb.models.gnn import HeteroGNN, RecommendationGNN
+
+
+class IdentityNet(nn.Module):
+    def __init__(self, encoder: HeteroGNN, source: str, destination: str, hidden: int):
+        super().__init__()
+        self.encoder, self.source, self.destination = encoder, source, destination
+        self.identity = nn.Parameter(torch.randn(hidden))
+
+    def forward(self, block, feats, index: torch.Tensor, num_seeds: int, width: int) -> torch.Tensor:
+        """Logits [seeds, width]: ``index`` (seed, slot) per destination node of ``block``; -inf pads."""
+        h = self.encoder.encode(feats)
+        seeds = h[self.source]
+        h[self.source] = torch.cat([seeds[:num_seeds] + self.identity, seeds[num_seeds:]])
+        for i in range(self.encoder.num_layers):
+            h = self.encoder.layer(i, block, h)
+        scores = self.encoder.head(h[self.destination]).view(-1)
+        out = scores.new_full((num_seeds, width), float("-inf"))
+        out[index[0], index[1]] = scores
+        return out
+
+
+@register_model("idgnn")
+class IDGNN(RecommendationGNN):
+    def build(self, data: RecData) -> IdentityNet:
+        return IdentityNet(self.network(data.graph, 1), data.graph.seed_type, data.destination,
+                           self.params.get("hidden", 64))
+
+    def make_source(self, data: RecData, trainer_cfg) -> IdentitySource:
+        return IdentitySource(data, trainer_cfg.batch_size)
