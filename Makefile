@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install clean bench bench-engine
+.PHONY: run test install clean bench bench-engine bench-scale
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -46,3 +46,8 @@ clean:
 .PHONY: bench-parallel
 bench-parallel: $(STAMP)
 	cd benchmarks && DGLBACKEND=pytorch ../$(BIN)/python ddp_scaling.py
+
+# How each stage grows with the database: the synthetic shop at 1M, 10M and 100M rows, peak RSS capped
+# at 16 GB per size (benchmarks/bench_scale.py; the largest size takes a while on 2 cores).
+bench-scale: $(STAMP)
+	DGLBACKEND=pytorch $(BIN)/python benchmarks/bench_scale.py

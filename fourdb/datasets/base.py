@@ -6,6 +6,8 @@ package that registers its builder (``@register_dataset(...)``); the registry fi
 """
 from __future__ import annotations
 
+import inspect
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -27,7 +29,7 @@ class DatasetEntry:
     defaults: dict
 
 
-# Bump when a builder's output changes, so stale cached folders are rebuilt.
+# Bump when what every builder writes changes (a builder's own code is in the key already, see code_hash)
 BUILD_VERSION = 1
 DATASETS: Registry[DatasetEntry] = Registry("dataset", package="fourdb.datasets")
 
@@ -50,7 +52,7 @@ def dataset_folder(name: str, **params) -> Path:
     if unknown:
         raise FourdbError(f"dataset '{name}' has no parameter(s) {sorted(unknown)}; it takes {sorted(entry.defaults)}")
     root = cache_root() / "datasets"
-    out = root / f"{name}-{stable_hash(name, params, BUILD_VERSION)}"
+    out = root / f"{name}-{stable_hash(name, params, BUILD_VERSION, code_hash(entry))}"
     if (out / "schema.yaml").exists():
         return out
     root.mkdir(parents=True, exist_ok=True)
@@ -59,6 +61,11 @@ def dataset_folder(name: str, **params) -> Path:
             with atomic_output(out, folder=True) as tmp:
                 entry.build(tmp, **params)
     return out
+
+
+def code_hash(entry: DatasetEntry) -> str:
+    """A hash of the builder's module source: a changed generator never loads a folder an older one cached."""
+    return stable_hash(inspect.getsource(sys.modules[entry.build.__module__]))
 
 
 def dataset_error(name: str) -> FourdbError:

@@ -2,10 +2,12 @@
 
 users -< purchases >- items, and users -< audits.
 
-* Each user has a hidden taste (item kind A or B) that flips now and then; 85% of a user's purchases
-  are of the current taste. The ``taste`` task asks which kind dominates the user's purchases in the
-  next window: only the kinds of the items the user bought recently (two hops: user -> purchase ->
-  item) reveal it. The user's own columns are noise, so a single-table model is at chance.
+* Each user has a hidden taste (item kind A or B) that flips about every 150 days; 85% of a user's
+  purchases are of the current taste. How often users buy is skewed as in real shops (a power law: the
+  median user buys every 4 days, a few several times a day), and so is how often each item is bought
+  (Zipf). The ``taste`` task asks which kind dominates the user's purchases in the next window: only
+  the kinds of the items the user bought recently (two hops: user -> purchase -> item) reveal it. The
+  user's own columns are noise, so a single-table model is at chance.
 * ``audits`` plants a future leak: every user gets an audit one day after each weekly cutoff whose
   ``flag`` is the label of the ``leak`` task, an independent coin per week. A model that sees only
   the past must score at chance on it; one that peeks past the cutoff scores perfectly.
@@ -20,6 +22,11 @@ from fourdb.rdb import Column, Schema, Table, write_database
 
 START = pd.Timestamp("2020-01-01")
 DAYS = 366
+MEDIAN_PURCHASES = DAYS / 4  # per user over the year (one every 4 days); the degrees follow a Pareto law
+PARETO_SHAPE = 3.0  # a heavy tail, capped at MAX_PER_DAY purchases a day
+MAX_PER_DAY = 2
+FLIP_DAYS = 150.0  # a taste lasts this long on average
+ITEM_SKEW = 0.8  # Zipf exponent of item popularity within a kind
 AUDIT_ORIGIN = pd.Timestamp("2020-03-02")  # a Monday; the leak task's cutoffs are weekly from here
 
 
@@ -42,24 +49,7 @@ def build(out, size: int = 1000, seed: int = 0) -> None:
         "price": rng.gamma(2.0, 10.0, n_items).round(2),
     })
 
-    # purchases: each user buys about every 4 days; taste flips about every 150 days
-    rows = []
-    for u in range(n_users):
-        t = signup[u]
-        taste = rng.integers(0, 2)
-        end = START + pd.Timedelta(days=DAYS)
-        n = rng.poisson(DAYS / 4) + 1
-        gaps = rng.exponential(4.0, n) * 86400
-        times = t + pd.to_timedelta(np.cumsum(gaps), unit="s")
-        times = times[times < end]
-        flips = rng.random(len(times)) < (4.0 / 150.0)
-        tastes = (taste + np.cumsum(flips)) % 2
-        kind = np.where(rng.random(len(times)) < 0.85, tastes, 1 - tastes)
-        item = rng.integers(0, n_items // 2, len(times)) * 2 + kind  # even items are A, odd are B
-        rows.append(pd.DataFrame({"user_id": u, "item_id": item, "purchased_at": times}))
-    purchases = pd.concat(rows, ignore_index=True).sort_values("purchased_at", kind="stable")
-    purchases.insert(0, "purchase_id", np.arange(len(purchases)))
-    purchases["quantity"] = rng.integers(1, 5, len(purchases)).astype(float)
+    purchases = _purchases(rng, signup.to_numpy().astype("datetime64[ns]").astype(np.int64), n_items)
 
     weeks = pd.date_range(AUDIT_ORIGIN, START + pd.Timedelta(days=DAYS), freq="7D")
     audit_user = np.repeat(users["user_id"].to_numpy(), len(weeks))
@@ -88,3 +78,36 @@ def build(out, size: int = 1000, seed: int = 0) -> None:
             Column("audited_at", "datetime"), Column("flag", "numeric")], time_column="audited_at"),
     ])
     write_database(out, schema, {"users": users, "items": items, "purchases": purchases, "audits": audits})
+
+
+def _purchases(rng: np.random.Generator, signup_ns: np.ndarray, n_items: int) -> pd.DataFrame:
+    """Every user's purchases at once (array operations over all purchases, no loop per user).
+
+    A user's count is Pareto distributed (median ``MEDIAN_PURCHASES`` over the year); given the count, the
+    times are uniform between signup and the end (a Poisson process's arrivals). The taste flips at each
+    purchase with probability gap / FLIP_DAYS, so it lasts about FLIP_DAYS whatever the user's rate.
+    """
+    n_users = len(signup_ns)
+    end_ns = (START + pd.Timedelta(days=DAYS)).value
+    span = end_ns - signup_ns
+    scale = MEDIAN_PURCHASES / 2 ** (1 / PARETO_SHAPE)
+    count = np.minimum(np.ceil(scale * (1 + rng.pareto(PARETO_SHAPE, n_users))), MAX_PER_DAY * DAYS).astype(np.int64)
+    count = np.maximum(1, np.round(count * (span / (DAYS * 86_400 * 10**9))).astype(np.int64))  # a late signup buys less
+    user = np.repeat(np.arange(n_users), count)
+    times = signup_ns[user] + (rng.random(len(user)) * span[user]).astype(np.int64)
+    order = np.lexsort((times, user))
+    user, times = user[order], times[order]
+    first = np.r_[True, user[1:] != user[:-1]]
+    gap_days = np.where(first, 0, np.diff(times, prepend=times[0])) / (86_400 * 10**9)
+    flips = (rng.random(len(user)) < np.minimum(1.0, gap_days / FLIP_DAYS)).astype(np.int64)
+    flipped = np.cumsum(flips)
+    flipped -= np.repeat(flipped[first] - flips[first], count)  # flips since the user's first purchase
+    taste = (rng.integers(0, 2, n_users)[user] + flipped) % 2
+    kind = np.where(rng.random(len(user)) < 0.85, taste, 1 - taste)
+    half = n_items // 2
+    weight = 1.0 / np.arange(1, half + 1) ** ITEM_SKEW
+    item = rng.choice(half, len(user), p=weight / weight.sum()) * 2 + kind  # even items are A, odd are B
+    order = np.argsort(times, kind="stable")
+    return pd.DataFrame({"purchase_id": np.arange(len(user)), "user_id": user[order], "item_id": item[order],
+                         "purchased_at": pd.to_datetime(times[order]),
+                         "quantity": rng.integers(1, 5, len(user)).astype(float)})
