@@ -9,8 +9,9 @@ task: every seed), ``dfs`` (DFS depth 2 over a fixed number of seeds), ``graph``
 sampler index and seed features), ``train`` (one epoch of sage over a fixed number of training seeds,
 with its validation pass) and ``infer`` (predictions for every test seed). Each stage reports its wall
 time and the process's peak RSS while it ran (sampled every 50 ms), so a stage is charged for what the
-earlier ones still hold. The parent stops a size whose process passes ``--limit-gb`` (default 16) and
-says at which stage.
+earlier ones still hold. Each size starts from an empty cache folder (nothing built or computed before
+is reused), and the parent stops a size whose process passes ``--limit-gb`` (default 16), saying at which
+stage.
 
 Per stage, one line over the sizes that completed it:
 
@@ -24,7 +25,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -170,7 +173,12 @@ def main(argv=None) -> int:
     results = []
     for rows in (float(r) for r in args.rows.split(",")):
         users = max(100, int(rows / ROWS_PER_USER))
-        r = measure(users, args.limit_gb * 1024, Path(args.cache))
+        Path(args.cache).mkdir(parents=True, exist_ok=True)
+        fresh = Path(tempfile.mkdtemp(dir=args.cache))  # nothing cached: every stage does its work
+        try:
+            r = measure(users, args.limit_gb * 1024, fresh)
+        finally:
+            shutil.rmtree(fresh, ignore_errors=True)
         results.append(r)
         print(f"users={users} rows={r.get('rows', '?')} test_seeds={r.get('test_seeds', '?')} "
               + " ".join(f"{s}={v['seconds']:.1f}s/{v['peak_mb']}MB" for s, v in r["stages"].items())
