@@ -16,7 +16,8 @@ import pandas as pd
 import pyarrow as pa
 
 from fourdb.features.dfs.plan import Agg, Lookup, Node, _agg_dtype
-from fourdb.features.dfs.scan import _arrow, _compose, _gather, _numpy, _prefix_scan, _time_order, asof_positions
+from fourdb.features.dfs.scan import (_arrow, _compose, _gather, _numpy, _prefix_scan, _sorted_rows, _time_order,
+                                      asof_positions)
 from fourdb.rdb import Database
 from fourdb.rdb.schema import Table
 
@@ -312,8 +313,7 @@ class _Compiler:
         dtypes = {i: ag.node.features[i].dtype for i in need}
 
         def scan(con, sql=sql, run=run, need=need, dtypes=dtypes, q=q):
-            rows = _arrow(con, sql)  # sorted here: a SQL sort would carry every wide row along
-            rows = rows.take(np.lexsort((_numpy(rows, "__ord"), _numpy(rows, "k"))))
+            rows = _sorted_rows(con, sql)
             queries = _arrow(con, f"SELECT qid, k, cutoff FROM {q}")
             pos = asof_positions(_numpy(rows, "k", np.int64), _numpy(rows, "__t", "datetime64[ns]").view(np.int64),
                                  _numpy(queries, "k", np.int64),

@@ -87,7 +87,20 @@ def asof_positions(k: np.ndarray, t: np.ndarray, qk: np.ndarray, qt: np.ndarray)
     return np.where(ok, pos, -1)
 
 
-_CHUNK = 16  # columns per 2-D scan: bounds the scratch memory of a wide child table
+def _sorted_rows(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
+    """The rows of ``sql`` sorted by (k, __ord). Sorted here, as a SQL sort would carry every wide row
+    along, and one column at a time, each unsorted column let go once its sorted copy is made: the
+    rows are never held twice."""
+    rows = _arrow(con, sql)
+    order = np.lexsort((_numpy(rows, "__ord"), _numpy(rows, "k")))
+    names, cols = rows.column_names, rows.columns
+    del rows
+    for j in range(len(cols)):
+        cols[j] = cols[j].take(order)
+    return pa.table(cols, names=names)
+
+
+_CHUNK = 16  # columns per grouped scan: bounds the scratch memory of a wide child table
 
 
 def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str], pos: np.ndarray) -> dict:
@@ -120,12 +133,17 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
     keep("tl", tl, np.isnat(tl))  # rows without time sort first, so the latest known time is the row's own
     tf = tl[np.minimum(first_timed, max(n - 1, 0))] if n else tl
     keep("tf", tf, idx < first_timed)
-    scans = {"cumsum": {}, "cummin": {}, "cummax": {}}  # column name -> values, scanned per group in 2-D
+    scans = {"cumsum": {}, "cummin": {}, "cummax": {}}  # column name -> its stretches, scanned per group in 2-D
     # The scans are read at the query rows only: the rows are first reduced stretch by stretch, a stretch
     # ending at a query row or a group's end, and only those partial results are scanned per group.
     cuts = np.unique(np.r_[starts, pos[hit] + 1])
     cuts = cuts[cuts < n]
     stretch = np.searchsorted(cuts, at, side="right") - 1  # the stretch that ends at each query's row
+
+    def scan(how: str, name: str, values: np.ndarray) -> None:
+        """Reduce a column to its stretches at once: only a row per stretch waits for the grouped scan."""
+        reduce = {"cumsum": np.add, "cummin": np.minimum, "cummax": np.maximum}[how]
+        scans[how][name] = reduce.reduceat(values, cuts) if n else values
 
     def flush(how: str, at_least: int = 1) -> None:
         """Exact per-group scans of the pending columns, a few at a time in one 2-D pass."""
@@ -133,12 +151,9 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
         if len(cols) < at_least:
             return
         names = list(cols)
-        matrix = np.empty((n, len(names)), order="F")  # column by column: each column contiguous
+        parts = np.empty((len(cuts) if n else 0, len(names)), order="F")  # each column contiguous
         for j, name in enumerate(names):
-            matrix[:, j] = cols.pop(name)
-        reduce = {"cumsum": np.add, "cummin": np.minimum, "cummax": np.maximum}[how]
-        parts = reduce.reduceat(matrix, cuts, axis=0) if n else matrix
-        del matrix
+            parts[:, j] = cols.pop(name)
         scanned = getattr(pd.DataFrame(parts, copy=False).groupby(gid[cuts], sort=False), how)().to_numpy()
         for j, name in enumerate(names):
             v = scanned[:, j]
@@ -156,13 +171,14 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
                 m = np.where(first < n, x[np.minimum(first, max(n - 1, 0))], 0.0)
                 z = np.where(ok, x - m, 0.0)
                 keep(f"m{i}", m)
-                scans["cumsum"][f"n{i}"], scans["cumsum"][f"s{i}"] = ok.astype(np.float64), z
+                scan("cumsum", f"n{i}", ok.astype(np.float64))
+                scan("cumsum", f"s{i}", z)
                 if "std" in prims:
-                    scans["cumsum"][f"q{i}"] = z * z
+                    scan("cumsum", f"q{i}", z * z)
             if "min" in prims:
-                scans["cummin"][f"mn{i}"] = np.where(ok, x, np.inf)
+                scan("cummin", f"mn{i}", np.where(ok, x, np.inf))
             if "max" in prims:
-                scans["cummax"][f"mx{i}"] = np.where(ok, x, -np.inf)
+                scan("cummax", f"mx{i}", np.where(ok, x, -np.inf))
             if "last" in prims:
                 keep(f"l{i}", x, ~ok)
         else:
@@ -179,7 +195,7 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
                 cnt[order] = np.arange(n) - run_start + 1  # running count of the row's value
                 cnt[code < 0] = 0
                 if "num_unique" in prims:
-                    scans["cumsum"][f"u{i}"] = (cnt == 1).astype(np.float64)
+                    scan("cumsum", f"u{i}", (cnt == 1).astype(np.float64))
                 if "mode" in prims and n:
                     big = n + 1
                     best = np.maximum.accumulate(cnt + gid * big) - gid * big  # running max count per group
