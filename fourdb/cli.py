@@ -133,13 +133,30 @@ class SummaryCallback:
 
 def _validate(args) -> int:
     from fourdb.rdb import Database
+    from fourdb.tasks import find_task, materialize
+    from fourdb.tasks.checks import task_report, task_warnings
+    from fourdb.utils import progress
 
     db = Database.load(args.folder)
     print(db.summary().to_string(index=False))
     for note in db.notes:
         print(f"warning: {note}")
     print(f"ok: {args.folder} is a valid database ({len(db.schema.tables)} tables)")
-    return 0
+    tasks = args.task or [str(p) for p in sorted((Path(args.folder) / "tasks").glob("*.yaml"))]
+    failed = 0
+    for name in progress(tasks, desc="tasks", unit="task", leave=False):
+        try:  # every task is checked, so one broken task does not hide the others' problems
+            task = materialize(find_task(args.folder, name), db, allow_empty_splits=True)
+        except FourdbError as e:
+            print(f"error: {e}")
+            failed += 1
+            continue
+        print(f"\n{task_report(task)}")
+        for warning in task_warnings(task):
+            print(f"warning: {warning}")
+    if tasks:
+        print(f"{'ok' if not failed else 'FAILED'}: {len(tasks) - failed} of {len(tasks)} tasks materialize")
+    return 2 if failed else 0
 
 
 def _import(args) -> int:
@@ -200,8 +217,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="make values that break their declared type NULL and drop rows with a null or repeated "
                         "declared primary key, counted in warnings (default: stop with an error)")
     p.set_defaults(func=_import)
-    p = sub.add_parser("validate", help="check a database folder (schema.yaml plus data files)")
+    p = sub.add_parser("validate", help="check a database folder (schema.yaml plus data files) and its tasks")
     p.add_argument("folder")
+    p.add_argument("--task", action="append", metavar="NAME_OR_FILE",
+                   help="check this task (a name in FOLDER/tasks or a task file) instead of every task in "
+                        "FOLDER/tasks (repeatable)")
     p.set_defaults(func=_validate)
     p = sub.add_parser("datasets", help="list the built-in databases and their tasks")
     p.set_defaults(func=_datasets)

@@ -215,6 +215,16 @@ class Database:
             return "from " + ", ".join(f"{t.column(fk).link_table} (via {fk})" for fk in t.inherited_from)
         return t.time_column
 
+    def time_range(self, t: Table) -> str:
+        """First and last row time of a timed table ('' for a static one), to the second where it has them."""
+        if t.time_column is None:
+            return ""
+        times = self.tables[t.name][t.time_column].dropna()
+        if times.empty:
+            return "no row has a time"
+        unit = "D" if (times == times.dt.normalize()).all() else "s"
+        return f"{times.min().floor(unit)} .. {times.max().floor(unit)}".replace(" 00:00:00", "")
+
     def summary(self) -> pd.DataFrame:
         rows = []
         for t in self.schema.tables:
@@ -226,6 +236,7 @@ class Database:
                     "primary_key": t.primary_key,
                     "foreign_keys": ", ".join(f"{c.name}->{c.link_to}" for c in t.foreign_keys),
                     "time": self.time_label(t),
+                    "time range": self.time_range(t),
                 }
             )
         return pd.DataFrame(rows)

@@ -134,7 +134,9 @@ def _known_at(db: Database, t) -> Database:
     return Database(db.schema, tables, db.folder, db.notes)
 
 
-def materialize(spec: TaskSpec, db: Database) -> Task:
+def materialize(spec: TaskSpec, db: Database, allow_empty_splits: bool = False) -> Task:
+    """The task's seeds, labels and splits. A split left with no seeds is an error, unless
+    ``allow_empty_splits`` (``fourdb validate`` reports it among the task's statistics instead)."""
     for name in (spec.entity_table, spec.destination_table):
         if name is not None and name not in db.schema.table_names:
             raise TaskError(f"task '{spec.name}': table '{name}' is not in the database")
@@ -163,9 +165,9 @@ def materialize(spec: TaskSpec, db: Database) -> Task:
             frame = _with_candidates(spec, db, frame)
     dropped = {}
     if spec.kind in ("entity_window", "recommendation"):
-        frame, dropped = _drop_unborn(spec, db, frame)
+        frame, dropped = _drop_unborn(spec, db, frame, allow_empty_splits)
     for name in SPLITS:
-        if not (frame["split"] == name).any():
+        if not allow_empty_splits and not (frame["split"] == name).any():
             raise TaskError(f"task '{spec.name}': the {name} split is empty; check timestamps")
     num_classes = 2
     if spec.task_type == "binary":
@@ -341,7 +343,8 @@ def _destinations(spec: TaskSpec, db: Database, frame: pd.DataFrame) -> pd.DataF
     return frame[frame["label"].map(len) > 0].reset_index(drop=True)
 
 
-def _drop_unborn(spec: TaskSpec, db: Database, frame: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+def _drop_unborn(spec: TaskSpec, db: Database, frame: pd.DataFrame,
+                 allow_empty_splits: bool = False) -> tuple[pd.DataFrame, dict]:
     """Drop seeds whose entity row is newer than their cutoff: the row did not exist yet, and its own
     columns (or its mere presence) would give the label away. Rows without a time exist always."""
     table = db.schema.table(spec.entity_table)
@@ -355,7 +358,7 @@ def _drop_unborn(spec: TaskSpec, db: Database, frame: pd.DataFrame) -> tuple[pd.
     kept = frame[~unborn]
     emptied = [s for s in ("train", "val", "test") if dropped.get(s) and not (kept["split"] == s).any()]
     where = f"table '{table.name}' (time column {table.time_column})"
-    if emptied:
+    if emptied and not allow_empty_splits:
         raise TaskError(f"task '{spec.name}': every {emptied[0]} seed's entity row in {where} is newer than its "
                         f"cutoff ({dropped[emptied[0]]} dropped); the SQL yields entities before they exist")
     log.warning("task '%s': dropped %s seeds whose entity row in %s is newer than the cutoff", spec.name,

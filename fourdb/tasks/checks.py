@@ -1,0 +1,86 @@
+"""What a materialized task holds, split by split, and the mistakes its numbers give away.
+
+``fourdb validate`` prints these for every task beside a database before anyone trains: a task can
+load and materialize without error and still be useless (a label that never changes, a split without
+seeds, an SQL inner join that keeps only the entities with an event, so every label is positive).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from fourdb.tasks.materialize import SPLITS, Task
+
+QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def split_stats(task: Task) -> pd.DataFrame:
+    """Per split: seeds, distinct entities and cutoffs, the first and last cutoff, the labels in brief
+    (``label_summary``) and the share of seeds whose entity is also a training seed's."""
+    train_entities = set(task.split("train")["entity"])
+    rows = []
+    for name in SPLITS:
+        f = task.split(name)
+        rows.append({"split": name, "seeds": len(f), "entities": f["entity"].nunique(), "cutoffs": f["cutoff"].nunique(),
+                     "first cutoff": f["cutoff"].min() if len(f) else None,
+                     "last cutoff": f["cutoff"].max() if len(f) else None,
+                     "labels": label_summary(task, f["label"]),
+                     # a model that memorizes entities does well only on the ones it has seen
+                     "entity in train": f"{f['entity'].isin(train_entities).mean():.0%}"
+                     if len(f) and name != "train" else "-"})
+    return pd.DataFrame(rows)
+
+
+def label_summary(task: Task, labels: pd.Series) -> str:
+    """The labels in a few words: the positive share (binary), class shares (multiclass), quantiles
+    (regression) or destinations per source (recommendation)."""
+    if len(labels) == 0:
+        return "-"
+    kind = task.spec.task_type
+    if kind == "binary":
+        return f"positive {labels.mean():.1%}"
+    if kind == "multiclass":
+        shares = labels.value_counts(normalize=True)
+        return f"{len(shares)} of {task.num_classes} classes, most common {shares.iloc[0]:.0%}"
+    values = labels.map(len) if kind == "recommendation" else labels
+    q = np.quantile(values.to_numpy(dtype=float), QUANTILES)
+    text = " ".join(f"{v:.4g}" for v in q)
+    return f"destinations per source (min q25 median q75 max) {text}" if kind == "recommendation" \
+        else f"min q25 median q75 max {text}"
+
+
+def task_warnings(task: Task) -> list[str]:
+    """What the task's seeds and labels say is probably wrong, one line each."""
+    name, kind = task.spec.name, task.spec.task_type
+    out = [f"task '{name}': the {s} split has no seeds; check timestamps (val {task.spec.timestamps['val']}, "
+           f"test {task.spec.timestamps['test']}) against the data's time range"
+           for s in SPLITS if not (task.frame["split"] == s).any()]
+    if kind == "recommendation" or task.frame.empty:
+        return out
+    labels = task.frame["label"]
+    if kind == "binary" and (labels == 1).all():
+        out.append(f"task '{name}': every label is 1, so the SQL yields only positives: an inner JOIN of the events "
+                   f"keeps only the entities that had one; select the entities at each cutoff and LEFT JOIN the "
+                   f"events, so the ones without an event get label 0")
+        return out
+    if labels.nunique() == 1:
+        out.append(f"task '{name}': the label is always {labels.iloc[0]!r}: nothing to learn")
+        return out
+    for s in SPLITS:
+        split = task.split(s)["label"]
+        if split.nunique() == 1:
+            out.append(f"task '{name}': in the {s} split the label is always {split.iloc[0]!r}")
+    return out
+
+
+def task_report(task: Task) -> str:
+    """The task in one line, then its ``split_stats`` as a table."""
+    spec = task.spec
+    parts = [spec.kind, spec.task_type, f"entity table {spec.entity_table}"]
+    if spec.destination_table:
+        parts.append(f"destination table {spec.destination_table}, eval_k {spec.eval_k}")
+    if spec.window:
+        parts.append(f"window {spec.window}")
+    parts.append(f"metrics {', '.join(spec.metrics)}")
+    stats = split_stats(task).to_string(index=False)
+    return f"task {spec.name}: {'; '.join(parts)}\n{stats}"

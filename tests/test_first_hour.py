@@ -1,0 +1,126 @@
+"""What fourdb shows before anyone trains: each task's statistics and warnings (`fourdb validate`), the
+columns each model kind reads and the schema diagram (`fourdb describe`), and what a sweep varied."""
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from fourdb.cli import main
+from fourdb.rdb import Database
+from fourdb.tasks import TaskSpec, materialize
+from fourdb.tasks.checks import split_stats, task_warnings
+
+
+def shop(folder):
+    """40 users who sign up in January 2021 and order now and then until the end of the year."""
+    rng = np.random.default_rng(0)
+    users = pd.DataFrame({"user_id": np.arange(40), "signup_at": pd.Timestamp("2021-01-01") +
+                          pd.to_timedelta(rng.integers(0, 30, 40), "D"), "country": rng.choice(["fr", "de"], 40)})
+    orders = pd.DataFrame({"order_id": np.arange(400), "user_id": rng.integers(0, 40, 400),
+                           "ordered_at": pd.Timestamp("2021-02-01") + pd.to_timedelta(rng.integers(0, 330, 400), "D"),
+                           "amount": rng.gamma(2.0, 10.0, 400)})
+    users.to_parquet(folder / "users.parquet")
+    orders.to_parquet(folder / "orders.parquet")
+    schema = {"name": "shop", "tables": [
+        {"name": "users", "source": "users.parquet", "time_column": "signup_at",
+         "columns": [{"name": "user_id", "dtype": "primary_key"}, {"name": "signup_at", "dtype": "datetime"},
+                     {"name": "country", "dtype": "category"}]},
+        {"name": "orders", "source": "orders.parquet", "time_column": "ordered_at",
+         "columns": [{"name": "order_id", "dtype": "primary_key"},
+                     {"name": "user_id", "dtype": "foreign_key", "link_to": "users.user_id"},
+                     {"name": "ordered_at", "dtype": "datetime"}, {"name": "amount", "dtype": "numeric"}]}]}
+    (folder / "schema.yaml").write_text(yaml.safe_dump(schema, sort_keys=False))
+    (folder / "tasks").mkdir()
+    return folder
+
+
+WINDOW_TASK = {"kind": "entity_window", "task_type": "binary", "entity_table": "users", "window": "30 days",
+               "timestamps": {"val": "2021-09-01", "test": "2021-10-15", "start": "2021-03-01"}}
+SQL = {  # the right way: every user known at the cutoff, LEFT JOIN their orders in the window
+    "buys": """SELECT u.user_id, c.cutoff, CAST(count(o.order_id) > 0 AS INTEGER) AS label
+               FROM cutoffs c JOIN users u ON u.signup_at <= c.cutoff
+               LEFT JOIN orders o ON o.user_id = u.user_id AND o.ordered_at > c.cutoff
+                                 AND o.ordered_at <= c.cutoff + {window}
+               GROUP BY ALL""",
+    # the common mistake: an inner join keeps only the users who ordered, so every label is 1
+    "positives": """SELECT o.user_id, c.cutoff, 1 AS label FROM cutoffs c
+                    JOIN orders o ON o.ordered_at > c.cutoff AND o.ordered_at <= c.cutoff + {window} GROUP BY ALL""",
+    "constant": "SELECT u.user_id, c.cutoff, 0 AS label FROM cutoffs c JOIN users u ON u.signup_at <= c.cutoff",
+    "no-test": """SELECT u.user_id, c.cutoff, CAST(u.country = 'fr' AS INTEGER) AS label
+                  FROM cutoffs c JOIN users u ON u.signup_at <= c.cutoff WHERE c.cutoff < '2021-10-01'""",
+}
+
+
+def write_task(folder, name: str, **changes) -> None:
+    spec = {"name": name, **WINDOW_TASK, "sql": SQL.get(name, ""), **changes}
+    (folder / "tasks" / f"{name}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def shop_db(tmp_path_factory):
+    folder = shop(tmp_path_factory.mktemp("shop"))
+    for name in SQL:
+        write_task(folder, name)
+    return folder
+
+
+def checked(folder, name):
+    return materialize(TaskSpec.load(folder / "tasks" / f"{name}.yaml"), Database.load(folder), allow_empty_splits=True)
+
+
+def test_task_statistics_per_split(shop_db):
+    task = checked(shop_db, "buys")
+    stats = split_stats(task).set_index("split")
+    frame = task.frame
+    for split in ("train", "val", "test"):
+        part = frame[frame["split"] == split]
+        assert stats.loc[split, "seeds"] == len(part) > 0
+        assert stats.loc[split, "entities"] == part["entity"].nunique()
+        assert stats.loc[split, "cutoffs"] == part["cutoff"].nunique()
+        assert stats.loc[split, "labels"] == f"positive {part['label'].mean():.1%}"
+    assert stats.loc["test", "entity in train"] == "100%"  # every user is a training seed too
+    assert task_warnings(task) == []
+
+
+def test_task_warnings_name_the_mistake(shop_db):
+    only_positive = task_warnings(checked(shop_db, "positives"))
+    assert len(only_positive) == 1 and "every label is 1" in only_positive[0] and "LEFT JOIN" in only_positive[0]
+    assert task_warnings(checked(shop_db, "constant")) == ["task 'constant': the label is always 0: nothing to learn"]
+    empty = task_warnings(checked(shop_db, "no-test"))
+    assert empty == ["task 'no-test': the test split has no seeds; check timestamps (val 2021-09-01, test 2021-10-15) "
+                     "against the data's time range"]
+    with pytest.raises(Exception, match="the test split is empty"):  # a run still refuses it
+        materialize(TaskSpec.load(shop_db / "tasks" / "no-test.yaml"), Database.load(shop_db))
+
+
+def test_validate_checks_every_task_beside_the_database(shop_db, tmp_path, capsys):
+    code = main(["validate", str(shop_db)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "ok: 4 of 4 tasks materialize" in out
+    for name in SQL:
+        assert f"task {name}: entity_window; binary; entity table users" in out
+    assert "warning: task 'positives': every label is 1" in out
+    assert "warning: task 'no-test': the test split has no seeds" in out
+    assert "entity in train" in out and "positive " in out
+    # a broken task is one line, and the others are still checked
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump({"name": "broken", **WINDOW_TASK, "sql": "SELECT nope FROM cutoffs"}))
+    code = main(["validate", str(shop_db), "--task", str(broken), "--task", "buys"])
+    out = capsys.readouterr().out
+    assert code == 2
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "task 'broken': SQL failed" in errors[0]
+    assert "task buys:" in out and "FAILED: 1 of 2 tasks materialize" in out
+
+
+def test_regression_labels_in_quantiles(shop_db):
+    spec = TaskSpec.from_dict({"name": "spend", **WINDOW_TASK, "task_type": "regression", "sql": """
+        SELECT u.user_id, c.cutoff, coalesce(sum(o.amount), 0) AS label
+        FROM cutoffs c JOIN users u ON u.signup_at <= c.cutoff
+        LEFT JOIN orders o ON o.user_id = u.user_id AND o.ordered_at > c.cutoff AND o.ordered_at <= c.cutoff + {window}
+        GROUP BY ALL"""}, "spend")
+    task = materialize(spec, Database.load(shop_db))
+    train = task.split("train")["label"]
+    assert split_stats(task).loc[0, "labels"] == "min q25 median q75 max " + " ".join(
+        f"{v:.4g}" for v in np.quantile(train, [0, 0.25, 0.5, 0.75, 1]))
