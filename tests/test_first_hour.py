@@ -124,3 +124,24 @@ def test_regression_labels_in_quantiles(shop_db):
     train = task.split("train")["label"]
     assert split_stats(task).loc[0, "labels"] == "min q25 median q75 max " + " ".join(
         f"{v:.4g}" for v in np.quantile(train, [0, 0.25, 0.5, 0.75, 1]))
+
+
+def test_schema_diagram_is_an_svg_naming_every_table_and_foreign_key(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    from fourdb.datasets import load_dataset
+    from fourdb.rdb.diagram import write_diagram
+
+    db = load_dataset("nycflights13")
+    svg, png = write_diagram(db.schema, tmp_path / "schema")
+    assert png.read_bytes().startswith(b"\x89PNG")
+    root = ET.parse(svg).getroot()  # well-formed XML, an <svg> document
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    lines = {"".join(e.itertext()).strip() for e in root.iter("{http://www.w3.org/2000/svg}text")}
+    for t in db.schema.tables:
+        assert t.name in lines
+        for fk in t.foreign_keys:
+            assert f"FK {fk.name} -> {fk.link_table}" in lines
+    assert {"origin", "dest"} <= lines  # two keys of flights point to airports: their arrows are labelled
+    arrows = [p for p in root.iter("{http://www.w3.org/2000/svg}path") if "#c44e52" in (p.get("style") or "")]
+    assert len(arrows) >= sum(len(t.foreign_keys) for t in db.schema.tables)
