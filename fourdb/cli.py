@@ -159,6 +159,34 @@ def _validate(args) -> int:
     return 2 if failed else 0
 
 
+def _describe(args) -> int:
+    from fourdb.datasets import load_dataset
+    from fourdb.features.report import column_report, report_frame
+    from fourdb.leaderboard.cli import _params  # KEY=VALUE as `fourdb leaderboard template` reads them
+    from fourdb.rdb.diagram import write_diagram
+    from fourdb.tasks import find_task, materialize
+
+    import yaml
+
+    dfs = yaml.safe_load((Path(CONF_DIR) / "features" / "dfs.yaml").read_text())  # what features=dfs runs with
+    depth = dfs["depth"] if args.depth is None else args.depth
+    db = load_dataset(args.dataset, **_params(args.dataset_param))
+    task = materialize(find_task(args.dataset, args.task), db) if args.task else None
+    print(db.summary().to_string(index=False))
+    for note in db.notes:
+        print(f"note: {note}")
+    seeds = f"task {task.spec.name}'s seed rows ({task.spec.entity_table})" if task else \
+        "each table as if it were a task's entity table"
+    print(f"\nWhat each model kind makes of every column, for {seeds}: single_table reads the seed row; dfs the "
+          f"seed row and DFS features to depth {depth}; graph every table ({args.graph}).")
+    frame = report_frame(column_report(db, task, graph=args.graph, depth=depth, primitives=dfs["primitives"]))
+    for table, part in frame.groupby("table", sort=False):
+        print(f"\n{table}\n{part.drop(columns='table').to_string(index=False)}")
+    paths = write_diagram(db.schema, Path(args.out) / f"{db.schema.name}-schema")
+    print(f"\ndiagram: {', '.join(map(str, paths))}")
+    return 0
+
+
 def _import(args) -> int:
     from fourdb.rdb.importers import import_database
 
@@ -223,6 +251,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="check this task (a name in FOLDER/tasks or a task file) instead of every task in "
                         "FOLDER/tasks (repeatable)")
     p.set_defaults(func=_validate)
+    p = sub.add_parser("describe", help="what every table holds, which columns each model kind reads (and how, or "
+                                        "why not), and the schema diagram (SVG and PNG)")
+    p.add_argument("dataset", metavar="DATASET", help="a database folder or a built-in dataset")
+    p.add_argument("--task", metavar="NAME_OR_FILE", help="report the columns as this task's runs read them")
+    p.add_argument("--graph", default="r2ne", help="the graph construction (r2n or r2ne; default r2ne)")
+    p.add_argument("--depth", type=int, help="DFS depth (default: conf/features/dfs.yaml's)")
+    p.add_argument("--out", default=".", metavar="FOLDER", help="where the diagram goes (default: here)")
+    p.add_argument("--dataset-param", action="append", metavar="KEY=VALUE",
+                   help="a built-in dataset parameter, e.g. size=150 (repeatable)")
+    p.set_defaults(func=_describe)
     p = sub.add_parser("datasets", help="list the built-in databases and their tasks")
     p.set_defaults(func=_datasets)
     p = sub.add_parser("export", help="write a run's test predictions as a RelBench prediction table (CSV)")

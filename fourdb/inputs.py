@@ -107,5 +107,23 @@ def run_inputs(cfg: DictConfig, db, task: Task, splits: dict, kind: str):
     return table_inputs(cfg, db, task, splits), {"features": cfg.features.name}
 
 
+def log_columns(cfg: DictConfig, db, task: Task, kind: str, encoders: dict | None = None) -> None:
+    """Say in the run's log which columns of each table the model reads and which it drops, and why
+    (``encoders``: the graph's, already fitted)."""
+    from fourdb.features.report import KINDS, column_report, log_lines
+
+    name = "graph" if kind == "graph" else cfg.features.name if kind in ("table", "pairs") else None
+    if name is None:
+        log.info("columns: the model reads no column, only the task's link history")
+        return
+    if name not in KINDS:
+        log.info("columns: no column report for feature set '%s'", name)
+        return
+    params = {k: v for k, v in OmegaConf.to_container(cfg.features, resolve=True).items() if k in ("depth", "primitives")} \
+        if name == "dfs" else {}
+    for line in log_lines(column_report(db, task, (name,), cfg.graph.name, encoders=encoders, **params)):
+        log.info("%s", line)
+
+
 def graph_label(cfg: DictConfig) -> dict:
     return {"graph": cfg.graph.name, "sampler": dict(cfg.sampler), "engine": dict(cfg.engine) if cfg.get("engine") else None}

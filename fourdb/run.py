@@ -18,8 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 from fourdb.datasets import load_dataset
 from fourdb.engine import ddp
 from fourdb.launch import PLAN_ENV
-from fourdb.inputs import (SPLITS, graph_engine, graph_inputs, graph_label, inputs_key, run_inputs,  # noqa: F401
-                           shared_folder, subsample, table_inputs)
+from fourdb.engine.data import GraphData
+from fourdb.inputs import (SPLITS, graph_engine, graph_inputs, graph_label, inputs_key, log_columns,  # noqa: F401
+                           run_inputs, shared_folder, subsample, table_inputs)
 from fourdb.models import TaskInfo, create_model
 from fourdb.rdb.fingerprint import database_fingerprint
 from fourdb.tasks import find_task, materialize
@@ -115,6 +116,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
             data = graph_inputs(cfg, seen, task, splits)
     else:
         data, inputs = run_inputs(cfg, seen, task, splits, model.input_kind)
+    log_columns(cfg, db, task, model.input_kind, data.graph.encoders if isinstance(data, GraphData) else None)
     trainer_cfg = TrainerConfig(**OmegaConf.to_container(cfg.trainer, resolve=True),
                                 checkpoint_dir=str(out_dir) if out_dir is not None else None,
                                 checkpoint_key=checkpoint_key(cfg))

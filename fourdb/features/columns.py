@@ -119,6 +119,13 @@ def codes(values: pd.Series, vocabulary: list[str]) -> np.ndarray:
     return code.astype(np.int64)
 
 
+# What TableEncoder makes of a column of each dtype, in brief (for `fourdb describe` and a run's log)
+ENCODINGS = {"numeric": "standardized + missing flag",
+             "category": f"codes by frequency (top {MAX_CATEGORIES})",
+             "datetime": "month, weekday, hour, age + missing flag",
+             "text": "TF-IDF + SVD"}
+
+
 class TableEncoder:
     """Fitted once per table; encodes any subset of its rows the same way."""
 

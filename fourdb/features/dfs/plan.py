@@ -17,12 +17,14 @@ CATEGORY_PRIMITIVES = ("mode", "num_unique", "last")
 PRIMITIVES = ("count", "sum", "mean", "min", "max", "std", "mode", "num_unique", "last",
               "time_since_last", "time_since_first")
 MAX_DEPTH = 3
+OWN_DTYPES = ("numeric", "category")  # the columns a reached table contributes (besides its time, to TIME_SINCE_*)
 
 
 @dataclass
 class Feature:
     name: str
     dtype: str  # numeric | category
+    source: tuple[str, str]  # (table, column) it is computed from; COUNT's: the foreign key it counts rows by
 
 
 @dataclass
@@ -65,6 +67,14 @@ def _agg_dtype(primitive: str, input_dtype: str | None) -> str:
     return "category" if primitive == "mode" or (primitive == "last" and input_dtype == "category") else "numeric"
 
 
+def _agg_source(primitive: str, child: Table, fk: str, feature: Feature | None) -> tuple[str, str]:
+    if primitive == "count":
+        return child.name, fk
+    if primitive.startswith("time_since"):
+        return child.name, child.time_column
+    return feature.source
+
+
 def _agg_name(primitive: str, label: str, child: Table, feature: Feature | None) -> str:
     if primitive == "count":
         return f"COUNT({label})"
@@ -83,8 +93,8 @@ def build_plan(schema: Schema, table: str, depth: int, primitives=PRIMITIVES, ba
     """
     t = schema.table(table)
     is_seed = seed_hidden is not None
-    own = [] if is_seed else [c.name for c in t.columns if c.dtype in ("numeric", "category")]
-    features = [Feature(c, t.column(c).dtype) for c in own]
+    own = [] if is_seed else [c.name for c in t.columns if c.dtype in OWN_DTYPES]
+    features = [Feature(c, t.column(c).dtype, (table, c)) for c in own]
     lookups, aggs = [], []
     if depth >= 1:
         for fk in t.foreign_keys:
@@ -94,7 +104,7 @@ def build_plan(schema: Schema, table: str, depth: int, primitives=PRIMITIVES, ba
             label = _label(parent, fk.name, sum(c.link_table == parent for c in t.foreign_keys))
             sub = build_plan(schema, parent, depth - 1, primitives)
             lookups.append(Lookup(fk.name, label, sub))
-            features += [Feature(f"{label}.{f.name}", f.dtype) for f in sub.features]
+            features += [Feature(f"{label}.{f.name}", f.dtype, f.source) for f in sub.features]
         for child in schema.tables:
             links = [c for c in child.foreign_keys if c.link_table == table]
             for fk in links:
@@ -112,7 +122,8 @@ def build_plan(schema: Schema, table: str, depth: int, primitives=PRIMITIVES, ba
                 if agg.outputs:
                     aggs.append(agg)
                     features += [Feature(_agg_name(p, label, child, None if i is None else sub.features[i]),
-                                         _agg_dtype(p, None if i is None else sub.features[i].dtype))
+                                         _agg_dtype(p, None if i is None else sub.features[i].dtype),
+                                         _agg_source(p, child, fk.name, None if i is None else sub.features[i]))
                                  for p, i in agg.outputs]
     hidden_key = "" if not is_seed else "seed:" + ",".join(sorted(seed_hidden))
     key = f"{table}|{depth}|{back_fk}|{hidden_key}"
