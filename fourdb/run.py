@@ -170,10 +170,12 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     return record
 
 
-def format_records(records: list[dict]) -> str:
+def format_records(records: list[dict], overrides: list[dict] | None = None) -> str:
+    """One row per run; ``overrides``: per run, the settings that vary across them (shown after the model)."""
     rows = []
-    for r in records:
-        row = {"dataset": r["dataset"], "task": r["task"], "model": r["model"], "seed": r["seed"]}
+    for i, r in enumerate(records):
+        row = {"dataset": r["dataset"], "task": r["task"], "model": r["model"], **(overrides[i] if overrides else {}),
+               "seed": r["seed"]}
         for split in ("val", "test"):
             for name, value in r["metrics"][split].items():
                 row[f"{split}_{name}"] = round(value, 4)

@@ -1,5 +1,7 @@
 """What fourdb shows before anyone trains: each task's statistics and warnings (`fourdb validate`), the
 columns each model kind reads and the schema diagram (`fourdb describe`), and what a sweep varied."""
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -251,3 +253,31 @@ def test_a_run_logs_the_columns_it_used_and_dropped(caplog):
                               "max_train_seeds=100", "trainer.epochs=1", "trainer.progress=false"))
     assert ("columns of purchases (graph): used purchased_at, quantity; dropped purchase_id: key (a row is an edge); "
             "user_id: key (edge ends); item_id: key (edge ends)") in caplog.text
+
+
+def test_sweep_summary_shows_what_varies():
+    from fourdb.cli import varying_overrides
+
+    runs = [["model=sage", "graph=r2n", "seed=0", "trainer.epochs=3"], ["model=sage", "graph=r2ne", "seed=0",
+                                                                         "trainer.epochs=3"],
+            ["model=gbdt", "graph=r2n", "seed=1", "+trainer.extra=1", "trainer.epochs=3"]]
+    assert varying_overrides(runs) == [{"graph": "r2n", "trainer.extra": ""}, {"graph": "r2ne", "trainer.extra": ""},
+                                       {"graph": "r2n", "trainer.extra": "1"}]
+    assert varying_overrides([["model=sage"], ["model=gbdt"]]) == [{}, {}]  # the model has its own column
+
+
+def test_a_sweep_over_feature_sets_runs_and_says_which_is_which(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "fourdb.cli", "run", "-m", "dataset=synthetic", "dataset.params.size=150",
+                        "task=taste", "model=gbdt", "features=single_table,dfs", "max_train_seeds=300",
+                        f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    summary = p.stdout[p.stdout.index("Results (2 runs"):].splitlines()
+    assert summary[1].split()[:5] == ["dataset", "task", "model", "features", "seed"]
+    assert summary[2].split()[3] == "single_table" and summary[3].split()[3] == "dfs"
+    records = sorted((tmp_path / "sweep").glob("*/record.json"))
+    assert [json.loads(r.read_text())["inputs"]["features"] for r in records] == ["single_table", "dfs"]
