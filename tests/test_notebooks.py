@@ -29,6 +29,7 @@ def test_dataset_guide_runs(monkeypatch):
     assert len(outputs(nb, "image/png")) == 2  # the schema drawing and the label drift
     text = json.dumps([c.get("outputs", []) for c in nb.cells])
     assert "purchases" in text and "spec hash" in text
+    assert "dropped: key" in text and "entity in train" in text  # the column report and the task's statistics
 
 
 def test_leaderboard_analysis_runs(monkeypatch, tmp_path):
