@@ -281,3 +281,63 @@ def test_a_sweep_over_feature_sets_runs_and_says_which_is_which(tmp_path):
     assert summary[2].split()[3] == "single_table" and summary[3].split()[3] == "dfs"
     records = sorted((tmp_path / "sweep").glob("*/record.json"))
     assert [json.loads(r.read_text())["inputs"]["features"] for r in records] == ["single_table", "dfs"]
+
+
+README = __import__("pathlib").Path(__file__).resolve().parents[1] / "README.md"
+
+
+def reference() -> str:
+    text = README.read_text()
+    return text[text.index("## Reference"):text.index("## Layout")]
+
+
+def test_readme_reference_metrics_and_units_are_the_code_s():
+    import re
+
+    from fourdb.metrics import METRICS, metrics_for
+    from fourdb.tasks.spec import DEFAULT_METRICS, DURATION_UNITS
+
+    ref = reference()
+    for task_type, default in DEFAULT_METRICS.items():
+        row = next(line for line in ref.splitlines() if line.startswith(f"| {task_type} |"))
+        cells = [re.findall(r"`([^`]+)`", c) for c in row.split("|")[2:5]]
+        assert cells[0] == default, task_type
+        assert sorted(cells[0] + cells[1]) == metrics_for(task_type), task_type
+        assert cells[2] == sorted(m for m in metrics_for(task_type) if not METRICS.get(m).higher_is_better)
+    units = ref[ref.index("(`1.5 h`):"):ref.index("Years and months")]
+    listed = {u for part in re.findall(r"`([^`]+)`", units) for u in part.split("/") if not re.search(r"\d", u)}
+    assert listed == DURATION_UNITS
+
+
+def test_readme_negatives_example_has_both_labels(shop_db):
+    block = reference().split("```yaml\n")[1].split("```")[0]
+    spec = TaskSpec.from_dict(yaml.safe_load(block), "README churn")
+    task = materialize(spec, Database.load(shop_db))
+    assert set(task.frame["label"]) == {0, 1} and task_warnings(task) == []
+    users = Database.load(shop_db).tables["users"]
+    at = task.frame["cutoff"].iloc[-1]
+    assert (task.frame["cutoff"] == at).sum() == (users["signup_at"] <= at).sum()  # every user, not only buyers
+
+
+def test_odd_names_work_and_a_quote_in_a_table_name_is_one_line(tmp_path, capsys):
+    from fourdb.features.report import column_report
+
+    (tmp_path / "odd").mkdir()
+    folder = shop(tmp_path / "odd")
+    schema = yaml.safe_load((folder / "schema.yaml").read_text())
+    schema["tables"][1]["name"] = "line items.é"
+    schema["tables"][1]["columns"][3]["name"] = 'unit "price": €'
+    pd.read_parquet(folder / "orders.parquet").rename(columns={"amount": 'unit "price": €'}).to_parquet(
+        folder / "orders.parquet")
+    (folder / "schema.yaml").write_text(yaml.safe_dump(schema, allow_unicode=True))
+    write_task(folder, "buys", sql=SQL["buys"].replace("orders o", '"line items.é" o'))
+    assert main(["validate", str(folder)]) == 0
+    assert "ok: 1 of 1 tasks materialize" in capsys.readouterr().out
+    db = Database.load(folder)
+    uses = {(u.column, u.kind): u for u in column_report(db) if u.table == "line items.é"}
+    assert uses[('unit "price": €', "graph")].inputs == ['unit "price": €', 'unit "price": €:missing']
+    schema["tables"][1]["name"] = 'line "items"'
+    (folder / "schema.yaml").write_text(yaml.safe_dump(schema, allow_unicode=True))
+    assert main(["validate", str(folder)]) == 2
+    assert capsys.readouterr().err == (f"error: {folder / 'schema.yaml'}: table 'line \"items\"': a table name "
+                                       f"cannot hold a double quote (\")\n")

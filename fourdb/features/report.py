@@ -79,7 +79,9 @@ def column_report(db: Database, task: Task | None = None, kinds=KINDS, graph: st
         for key, names in dfs.items():
             names = list(dict.fromkeys(names))
             hide = ", not the seed row's own" if key[0] == entity and key[1] in hidden else ""
-            rows[key] = (names, f"{len(names)} DFS feature{'s' if len(names) > 1 else ''}{hide}")
+            col = seen.schema.table(key[0]).column(key[1])
+            counts = f"key (joins {col.link_table}), counts rows in " if col.dtype == "foreign_key" else ""
+            rows[key] = (names, f"{counts}{len(names)} DFS feature{'s' if len(names) > 1 else ''}{hide}")
         for s in seeds:  # the seed row's own columns, as single_table encodes them
             for c, (names, how) in own(s, hidden if s == entity else frozenset()).items():
                 more = rows.get((s, c))

@@ -156,6 +156,8 @@ class Schema:
                 raise SchemaError(f"{where}: table #{i + 1} has no name")
             tname = str(t["name"])
             check_keys(t, TABLE_KEYS, f"{where}, table '{tname}'")
+            if '"' in tname:  # every table is a DuckDB view named in double quotes
+                raise SchemaError(f"{where}: table '{tname}': a table name cannot hold a double quote (\")")
             if tname in seen:
                 raise SchemaError(f"{where}: table '{tname}' is declared twice")
             seen.add(tname)
