@@ -64,40 +64,24 @@ def column_report(db: Database, task: Task | None = None, kinds=KINDS, graph: st
             done[(name, exclude)] = encoded(t, enc, seen.tables[name])
         return done[(name, exclude)]
 
+    def hide(table: str) -> frozenset:  # only the seed row of a row-column task hides columns
+        return hidden if table == entity else frozenset()
+
     used: dict[str, dict[tuple[str, str], tuple[list[str], str]]] = {}
-    if "single_table" in kinds:
-        used["single_table"] = {(s, c): v for s in seeds for c, v in own(s, hidden if s == entity else frozenset()).items()}
     reached: set[str] = set()
+    edges: set[str] = set()
+    if "single_table" in kinds:
+        used["single_table"] = {(s, c): v for s in seeds for c, v in own(s, hide(s)).items()}
     if "dfs" in kinds:
-        dfs: dict[tuple[str, str], list[str]] = {}
-        for s in seeds:
-            plan = build_plan(seen.schema, s, depth, primitives, seed_hidden=hidden if s == entity else frozenset())
-            reached |= _tables_of(plan, set())
-            for f, name in zip(plan.features, _unique([f.name for f in plan.features])):
-                dfs.setdefault(f.source, []).append(name)
-        rows = {}
-        for key, names in dfs.items():
-            names = list(dict.fromkeys(names))
-            hide = ", not the seed row's own" if key[0] == entity and key[1] in hidden else ""
-            col = seen.schema.table(key[0]).column(key[1])
-            counts = f"key (joins {col.link_table}), counts rows in " if col.dtype == "foreign_key" else ""
-            rows[key] = (names, f"{counts}{len(names)} DFS feature{'s' if len(names) > 1 else ''}{hide}")
-        for s in seeds:  # the seed row's own columns, as single_table encodes them
-            for c, (names, how) in own(s, hidden if s == entity else frozenset()).items():
-                more = rows.get((s, c))
-                rows[(s, c)] = (names + more[0], f"{how}; {more[1]}") if more else (names, how)
-        used["dfs"] = rows
-    edges = GRAPHS.get(graph)(seen) if "graph" in kinds else set()
+        used["dfs"], reached = dfs_uses(seen, seeds, hide, depth, primitives, own)
     if "graph" in kinds:
-        rows = {}
+        edges = GRAPHS.get(graph)(seen)
+        used["graph"] = {}
         for t in progress(seen.schema.tables, desc="columns", unit="table", leave=False):
             for c, (names, how) in own(t.name).items():
-                if t.name in edges:
-                    how += ", on edges"
-                if t.name == entity and c in hidden:
-                    how += ", masked at the seed row"
-                rows[(t.name, c)] = (names, how)
-        used["graph"] = rows
+                how += ", on edges" if t.name in edges else ""
+                how += ", masked at the seed row" if c in hide(t.name) else ""
+                used["graph"][(t.name, c)] = (names, how)
 
     out = []
     for t in db.schema.tables:
@@ -108,6 +92,30 @@ def column_report(db: Database, task: Task | None = None, kinds=KINDS, graph: st
                     how = left_out(kind, t, col, seen, task, seeds, reached, edges, depth)
                 out.append(ColumnUse(t.name, col.name, col.dtype, kind, names, how))
     return out
+
+
+def dfs_uses(seen: Database, seeds: list[str], hide, depth: int, primitives, own) -> tuple[dict, set[str]]:
+    """The DFS features made from each column (by the plan compute_dfs runs, named as it names them), with
+    the seed rows' own columns as single_table encodes them; and the tables DFS reaches."""
+    made: dict[tuple[str, str], list[str]] = {}
+    reached: set[str] = set()
+    for s in seeds:
+        plan = build_plan(seen.schema, s, depth, primitives, seed_hidden=hide(s))
+        reached |= _tables_of(plan, set())
+        for f, name in zip(plan.features, _unique([f.name for f in plan.features])):
+            made.setdefault(f.source, []).append(name)
+    rows = {}
+    for (table, column), names in made.items():
+        names = list(dict.fromkeys(names))
+        col = seen.schema.table(table).column(column)
+        counts = f"key (joins {col.link_table}), counts rows in " if col.dtype == "foreign_key" else ""
+        hidden = ", not the seed row's own" if column in hide(table) else ""
+        rows[(table, column)] = (names, f"{counts}{len(names)} DFS feature{'s' if len(names) > 1 else ''}{hidden}")
+    for s in seeds:
+        for c, (names, how) in own(s, hide(s)).items():
+            more = rows.get((s, c))
+            rows[(s, c)] = (names + more[0], f"{how}; {more[1]}") if more else (names, how)
+    return rows, reached
 
 
 def encoded(t: Table, enc: TableEncoder, df: pd.DataFrame) -> dict[str, tuple[list[str], str]]:
