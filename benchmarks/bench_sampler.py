@@ -24,22 +24,26 @@ What was done to make the work equal (dgl 2.1.0, graphbolt/src/fused_csc_samplin
   min(fanout, edges known at the pair's cutoff), each a real edge into it known at the cutoff, none
   twice, every pair once. The timed runs' edge totals are printed side by side.
 
-The samplers run interleaved over the same batches, several rounds, on one intra-op thread each; each
-ratio compares medians, in seeds per second and in sampled edges per second.
+The samplers run interleaved over the same batches, several rounds, on one thread each (torch's and DGL's
+OpenMP threads alike); each ratio compares medians, in seeds per second and in sampled edges per second.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 
-import numpy as np
-import torch
+THREADS = 1  # one thread for every sampler: the machine is shared, and per-core rate is the point
+if __name__ == "__main__":  # DGL's OpenMP runtime is not torch's: only this reaches it, before it loads
+    os.environ["OMP_NUM_THREADS"] = str(THREADS)
 
-from _common import GRAPHS, batches_of, bench, load, load_average, num_edges
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from _common import GRAPHS, batches_of, bench, load, load_average, num_edges  # noqa: E402
 
 BATCH, COUNT, ROUNDS, FANOUTS = 512, 30, 3, [10, 10]
 CHECK_SEEDS = 64  # seeds of the batch recounted edge by edge (the recount is a Python loop per pair)
-THREADS = 1  # one intra-op thread for every sampler: the machine is shared, and per-core rate is the point
 
 
 def expect(ok, what: str) -> None:
@@ -72,14 +76,13 @@ def graphbolt_graph(graph):
 class GraphBoltTemporal:
     """``sample`` as TemporalSampler's (same SampledBatch), by GraphBolt's temporal_sample_neighbors."""
 
-    def __init__(self, graph, fanouts, id_etypes=frozenset(), _built=None):
+    def __init__(self, graph, fanouts, id_etypes=frozenset()):
         import dgl.graphbolt as gb
 
         self.graph, self.id_etypes = graph, frozenset(id_etypes)
-        self.gb, csc_time, eid = _built or graphbolt_graph(graph)
-        self.built = (self.gb, csc_time, eid)
+        self.gb, csc_time, eid = graphbolt_graph(graph)
         # the original ids cost an index_select per hop: carried only when some block wants them
-        self.attrs = {"time": csc_time, **({gb.ORIGINAL_EDGE_ID: eid} if self.id_etypes else {})}
+        self.gb.edge_attributes = {"time": csc_time, **({gb.ORIGINAL_EDGE_ID: eid} if self.id_etypes else {})}
         self.etype = {key: gb.etype_str_to_tuple(key) for key in self.gb.edge_type_to_id}
         self.fanouts = [torch.full((len(self.etype),), f, dtype=torch.int64) for f in fanouts]
 
@@ -87,7 +90,6 @@ class GraphBoltTemporal:
         from fourdb.engine.blocks import make_block
         from fourdb.engine.sampler import SampledBatch
 
-        self.gb.edge_attributes = self.attrs
         cut_values, rank = np.unique(np.asarray(cutoffs, np.int64), return_inverse=True)
         n_cut = len(cut_values)
         # strictly before cutoff + 1 ns is at or before the cutoff

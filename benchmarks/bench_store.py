@@ -5,9 +5,10 @@ trainer consumes) by sampling online vs by replaying the offline store; epochs 2
 built during the first). Both use the default engine settings (one sampler thread, queue of 4).
 
 pipeline_overlap: for the same batches, the data stage alone (sample + gather), the model stage alone
-(SAGE forward + backward + AdamW step on batches made beforehand, with the intra-op threads
-the pipeline leaves it: cores - 1) and the two pipelined (the same
-prefetching thread, queue of 4); the ratio is max(stage) / pipelined time, 1.0 meaning the shorter stage is hidden entirely.
+(SAGE forward + backward + AdamW step on batches made beforehand) and the two pipelined (the same
+prefetching thread, queue of 4), each stage on the same intra-op threads alone as pipelined (the
+producer one, the model cores - 1; checked in every job and step); the ratio is max(stage) / pipelined
+time, 1.0 meaning the shorter stage is hidden entirely.
 """
 from __future__ import annotations
 
@@ -52,6 +53,12 @@ def store_bench(label, data):
 
 
 def pipeline_bench(label, data):
+    """The stages alone and pipelined, each stage on the threads it has in the pipeline: the producer
+    on one (``prefetch`` sets it), the model on what is left (cores - 1). The counts in effect are
+    recorded in every job and step and must match between the lone stages and the pipelined run."""
+    import os
+
+    from fourdb.engine.pipeline import prefetch
     from fourdb.engine.source import GraphSource
     from fourdb.models import TaskInfo, create_model
 
@@ -60,41 +67,47 @@ def pipeline_bench(label, data):
     model = create_model("sage", TaskInfo("binary", 2, "auroc"), seed=0)
     module = model.build(data)
     opt = torch.optim.AdamW(module.parameters(), lr=1e-3)
+    seen = {"data": set(), "model": set(), "pipelined data": set(), "pipelined model": set()}
 
-    def step(inputs, y):
+    def step(inputs, y, stage):
+        seen[stage].add(torch.get_num_threads())
         opt.zero_grad()
         out = module(*inputs)
         torch.nn.functional.binary_cross_entropy_with_logits(out.view(-1), y.float()).backward()
         opt.step()
 
-    source.train_batch(*plan[0])  # warm up both stages
-    step(*source.train_batch(*plan[0]))
-    from fourdb.engine.pipeline import prefetch
-
-    def jobs():
-        return [(lambda i=i, s=s: source.train_batch(i, s)) for i, s in plan]
-
-    t = time.perf_counter()  # the data stage alone: the same producer thread, nothing consuming
-    made = list(prefetch(jobs(), 1, len(plan)))
-    t_data = time.perf_counter() - t
-    import os
+    def jobs(stage):
+        def job(i, s):
+            seen[stage].add(torch.get_num_threads())
+            return source.train_batch(i, s)
+        return [(lambda i=i, s=s: job(i, s)) for i, s in plan]
 
     threads = torch.get_num_threads()
-    model_threads = max(1, min(threads, (os.cpu_count() or 1) - 1))  # what the pipeline leaves the model
+    model_threads = max(1, min(threads, (os.cpu_count() or 1) - 1))  # what prefetch leaves the consumer
     torch.set_num_threads(model_threads)
-    t = time.perf_counter()
-    for inputs, y in made:
-        step(inputs, y)
-    t_model = time.perf_counter() - t
-    torch.set_num_threads(threads)
-    del made
-    t = time.perf_counter()
-    for inputs, y in prefetch(jobs(), 1, 4):
-        step(inputs, y)
-    t_pipe = time.perf_counter() - t
+    try:
+        step(*source.train_batch(*plan[0]), "model")  # warm up both stages
+        seen["model"].clear()
+        t = time.perf_counter()  # the data stage alone: the same producer thread, nothing consuming
+        made = list(prefetch(jobs("data"), 1, len(plan)))
+        t_data = time.perf_counter() - t
+        t = time.perf_counter()
+        for inputs, y in made:
+            step(inputs, y, "model")
+        t_model = time.perf_counter() - t
+        del made
+        t = time.perf_counter()
+        for inputs, y in prefetch(jobs("pipelined data"), 1, 4):
+            step(inputs, y, "pipelined model")
+        t_pipe = time.perf_counter() - t
+    finally:
+        torch.set_num_threads(threads)
+    if seen["data"] != seen["pipelined data"] or seen["model"] != seen["pipelined model"]:
+        raise AssertionError(f"the stages ran on other thread counts than the pipelined run: {seen}")
     bench("pipeline_overlap", label, max(t_data, t_model) / t_pipe, 0.83, batches=len(plan), data_s=t_data,
-          model_s=t_model, pipelined_s=t_pipe, sequential_s=t_data + t_model, model_threads=model_threads,
-          load=load_average())
+          model_s=t_model, pipelined_s=t_pipe, sequential_s=t_data + t_model,
+          data_threads="/".join(map(str, sorted(seen["data"]))),
+          model_threads="/".join(map(str, sorted(seen["model"]))), load=load_average())
 
 
 def main(labels):

@@ -67,6 +67,6 @@ def test_recount_catches_graphbolt_with_its_stock_edge_time_order(graphs):
     seeds, cutoffs = seeds_on_edge_times(graph)
     sampler = bench.GraphBoltTemporal(graph, FANOUTS, graph.canonical_etypes)
     stock = torch.cat([torch.from_numpy(graph.edges(et)[2]) for et in graph.canonical_etypes])
-    sampler.attrs = dict(sampler.attrs, time=stock)
+    sampler.gb.edge_attributes = dict(sampler.gb.edge_attributes, time=stock)
     with pytest.raises(AssertionError):
         bench.recount(graph, bench.hops_of_batch(sampler.sample("users", seeds, cutoffs)), FANOUTS)
