@@ -30,13 +30,31 @@ from fourdb.features.interactions import CHUNK, RecData, only
 EVAL_SEED = 12345
 
 
-class LinkSource(GraphSource):
-    def __init__(self, rec: RecData, batch_size: int, negatives: int = 16):
+class RecSource(GraphSource):
+    """What both recommendation sources share: the task's destination lists as labels, and training
+    batches sampled online every epoch (the offline store holds batches of seed rows, not these)."""
+
+    def __init__(self, rec: RecData, batch_size: int):
         super().__init__(rec.graph, batch_size)
-        self.rec, self.negatives, self.destination = rec, int(negatives), rec.destination
+        self.rec, self.destination = rec, rec.destination
 
     def labels(self, split: str) -> np.ndarray:
         return self.rec.labels[split]
+
+    def train_batches(self, rng: np.random.Generator):
+        plan = self.epoch_plan(rng)
+        batches = prefetch(((lambda i=idx, s=s: self.train_batch(i, s)) for idx, s in plan), self.workers,
+                           self.engine.prefetch)
+        yield from self._timed(batches)
+
+    def report(self) -> dict:
+        return {**super().report(), "mode": "online"}
+
+
+class LinkSource(RecSource):
+    def __init__(self, rec: RecData, batch_size: int, negatives: int = 16):
+        super().__init__(rec, batch_size)
+        self.negatives = int(negatives)
 
     def embed_inputs(self, ntype: str, nodes: np.ndarray, cutoffs: np.ndarray, rng: np.random.Generator):
         """Blocks and input features for ``nodes`` of ``ntype`` as seeds, each at its cutoff (distinct pairs)."""
@@ -67,14 +85,8 @@ class LinkSource(GraphSource):
         inputs = (src_blocks, src_feats, dst_blocks, dst_feats, torch.from_numpy(where.reshape(candidates.shape)))
         return inputs, torch.from_numpy(labels)
 
-    def train_batches(self, rng: np.random.Generator):
-        plan = self.epoch_plan(rng)
-        batches = prefetch(((lambda i=idx, s=s: self.train_batch(i, s)) for idx, s in plan), self.workers,
-                           self.engine.prefetch)
-        yield from self._timed(batches)
-
     def report(self) -> dict:
-        return {**super().report(), "mode": "online", "negatives": self.negatives}
+        return {**super().report(), "negatives": self.negatives}
 
     @torch.no_grad()
     def infer(self, module, split: str, device) -> torch.Tensor:
@@ -144,14 +156,10 @@ def both_ways(blocks: list, reverse: dict, ntypes: list[str]):
     return make_block(edges, num, num, first.device, eids)
 
 
-class IdentitySource(GraphSource):
+class IdentitySource(RecSource):
     def __init__(self, rec: RecData, batch_size: int):
-        super().__init__(rec.graph, batch_size)
-        self.rec, self.destination = rec, rec.destination
+        super().__init__(rec, batch_size)
         self._popular: dict[int, torch.Tensor] = {}
-
-    def labels(self, split: str) -> np.ndarray:
-        return self.rec.labels[split]
 
     def tree_batch(self, split: str, idx: np.ndarray, rng: np.random.Generator):
         """Model inputs ``(block, feats, index, seeds, width)`` for seeds ``idx`` of ``split``, and the
@@ -179,15 +187,6 @@ class IdentitySource(GraphSource):
         labels = torch.zeros((inputs[3], inputs[4]))
         labels[inputs[2][0], inputs[2][1]] = torch.from_numpy(np.isin(group * n_dst + rows, true_keys)).float()
         return inputs, labels
-
-    def train_batches(self, rng: np.random.Generator):
-        plan = self.epoch_plan(rng)
-        batches = prefetch(((lambda i=idx, s=s: self.train_batch(i, s)) for idx, s in plan), self.workers,
-                           self.engine.prefetch)
-        yield from self._timed(batches)
-
-    def report(self) -> dict:
-        return {**super().report(), "mode": "online"}
 
     @torch.no_grad()
     def infer(self, module, split: str, device) -> torch.Tensor:
