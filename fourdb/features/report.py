@@ -176,7 +176,8 @@ def log_lines(uses: list[ColumnUse]) -> list[str]:
     """Per table and kind: the columns used and the columns dropped, with why (a run's log)."""
     lines = []
     for (table, kind), group in pd.DataFrame([u.__dict__ for u in uses]).groupby(["table", "kind"], sort=False):
-        used = [c for c, i in zip(group["column"], group["inputs"]) if i]
+        used = [f"{c} (rows counted by it)" if d == "foreign_key" else c
+                for c, d, i in zip(group["column"], group["dtype"], group["inputs"]) if i]
         dropped = [f"{c}: {h}" for c, i, h in zip(group["column"], group["inputs"], group["how"]) if not i]
         lines.append(f"columns of {table} ({kind}): used {', '.join(used) or 'none'}; "
                      f"dropped {'; '.join(dropped) or 'none'}")
