@@ -79,7 +79,7 @@ def test_task_statistics_per_split(shop_db):
         assert stats.loc[split, "seeds"] == len(part) > 0
         assert stats.loc[split, "entities"] == part["entity"].nunique()
         assert stats.loc[split, "cutoffs"] == part["cutoff"].nunique()
-        assert stats.loc[split, "labels"] == f"positive {part['label'].mean():.1%}"
+        assert stats.loc[split, "positive"] == f"{part['label'].mean():.1%}"
     assert stats.loc["test", "entity in train"] == "100%"  # every user is a training seed too
     assert task_warnings(task) == []
 
@@ -104,7 +104,7 @@ def test_validate_checks_every_task_beside_the_database(shop_db, tmp_path, capsy
         assert f"task {name}: entity_window; binary; entity table users" in out
     assert "warning: task 'positives': every label is 1" in out
     assert "warning: task 'no-test': the test split has no seeds" in out
-    assert "entity in train" in out and "positive " in out
+    assert "entity in train" in out and " positive " in out
     # a broken task is one line, and the others are still checked
     broken = tmp_path / "broken.yaml"
     broken.write_text(yaml.safe_dump({"name": "broken", **WINDOW_TASK, "sql": "SELECT nope FROM cutoffs"}))
@@ -124,7 +124,7 @@ def test_regression_labels_in_quantiles(shop_db):
         GROUP BY ALL"""}, "spend")
     task = materialize(spec, Database.load(shop_db))
     train = task.split("train")["label"]
-    assert split_stats(task).loc[0, "labels"] == "min q25 median q75 max " + " ".join(
+    assert split_stats(task).loc[0, "label min q25 median q75 max"] == " ".join(
         f"{v:.4g}" for v in np.quantile(train, [0, 0.25, 0.5, 0.75, 1]))
 
 
@@ -289,6 +289,18 @@ README = __import__("pathlib").Path(__file__).resolve().parents[1] / "README.md"
 def reference() -> str:
     text = README.read_text()
     return text[text.index("## Reference"):text.index("## Layout")]
+
+
+def test_recommendation_labels_as_destinations_per_source():
+    from fourdb.datasets import load_dataset
+    from fourdb.tasks import find_task
+
+    task = materialize(find_task("browsing", "next-views"), load_dataset("browsing", size=150))
+    stats = split_stats(task).set_index("split")
+    sizes = task.split("test")["label"].map(len)
+    assert stats.loc["test", "destinations per source min q25 median q75 max"] == " ".join(
+        f"{v:.4g}" for v in np.quantile(sizes, [0, 0.25, 0.5, 0.75, 1]))
+    assert task_warnings(task) == []
 
 
 def test_readme_reference_metrics_and_units_are_the_code_s():

@@ -14,6 +14,10 @@ from fourdb.tasks.materialize import SPLITS, Task
 QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
+LABELS = {"binary": "positive", "multiclass": "classes (most common)", "regression": "label min q25 median q75 max",
+          "recommendation": "destinations per source min q25 median q75 max"}  # how each task type's are summed up
+
+
 def split_stats(task: Task) -> pd.DataFrame:
     """Per split: seeds, distinct entities and cutoffs, the first and last cutoff, the labels in brief
     (``label_summary``) and the share of seeds whose entity is also a training seed's."""
@@ -24,7 +28,7 @@ def split_stats(task: Task) -> pd.DataFrame:
         rows.append({"split": name, "seeds": len(f), "entities": f["entity"].nunique(), "cutoffs": f["cutoff"].nunique(),
                      "first cutoff": f["cutoff"].min() if len(f) else None,
                      "last cutoff": f["cutoff"].max() if len(f) else None,
-                     "labels": label_summary(task, f["label"]),
+                     LABELS[task.spec.task_type]: label_summary(task, f["label"]),
                      # a model that memorizes entities does well only on the ones it has seen
                      "entity in train": f"{f['entity'].isin(train_entities).mean():.0%}"
                      if len(f) and name != "train" else "-"})
@@ -32,21 +36,18 @@ def split_stats(task: Task) -> pd.DataFrame:
 
 
 def label_summary(task: Task, labels: pd.Series) -> str:
-    """The labels in a few words: the positive share (binary), class shares (multiclass), quantiles
-    (regression) or destinations per source (recommendation)."""
+    """The labels in a few words (see ``LABELS``): the positive share (binary), classes seen and the most
+    common one's share (multiclass), quantiles (regression) or destinations per source (recommendation)."""
     if len(labels) == 0:
         return "-"
     kind = task.spec.task_type
     if kind == "binary":
-        return f"positive {labels.mean():.1%}"
+        return f"{labels.mean():.1%}"
     if kind == "multiclass":
         shares = labels.value_counts(normalize=True)
-        return f"{len(shares)} of {task.num_classes} classes, most common {shares.iloc[0]:.0%}"
+        return f"{len(shares)} of {task.num_classes} ({shares.iloc[0]:.0%})"
     values = labels.map(len) if kind == "recommendation" else labels
-    q = np.quantile(values.to_numpy(dtype=float), QUANTILES)
-    text = " ".join(f"{v:.4g}" for v in q)
-    return f"destinations per source (min q25 median q75 max) {text}" if kind == "recommendation" \
-        else f"min q25 median q75 max {text}"
+    return " ".join(f"{v:.4g}" for v in np.quantile(values.to_numpy(dtype=float), QUANTILES))
 
 
 def task_warnings(task: Task) -> list[str]:
