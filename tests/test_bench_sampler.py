@@ -23,7 +23,7 @@ def graphs(synthetic_db):
 def seeds_on_edge_times(graph, n=60):
     """Users seen exactly at the time of an edge into them (the tie GraphBolt's strict rule would drop),
     and a nanosecond before it."""
-    src, dst, tm = graph.edges(("audits", "audits__user_id", "users"))
+    _, dst, tm = graph.edges(("audits", "audits__user_id", "users"))
     pick = np.random.default_rng(0).choice(len(dst), n, replace=False)
     pairs = sorted(set(zip(dst[pick], tm[pick])) | set(zip(dst[pick[: n // 2]], tm[pick[: n // 2]] - 1)))
     return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
