@@ -162,9 +162,9 @@ class IdentitySource(RecSource):
         self._popular: dict[int, torch.Tensor] = {}
 
     def tree_batch(self, split: str, idx: np.ndarray, rng: np.random.Generator):
-        """Model inputs ``(block, feats, index, seeds, width)`` for seeds ``idx`` of ``split``, and the
-        destination rows each seed reached (``reached``: seed, row; ``index``: seed, slot of the [seeds,
-        width] score matrix)."""
+        """Model inputs ``(block, feats, index, seeds, width)`` for seeds ``idx`` of ``split``, and per
+        destination node of the batch ``(group, rows)``: the seed that reached it and its destination row
+        (``index`` holds its seed and slot in the [seeds, width] score matrix)."""
         d = self.data
         batch = self.sampler.sample(d.seed_type, d.seeds[split][idx], d.cutoffs[split][idx], rng,
                                     d.hidden_etypes, isolate=True)
