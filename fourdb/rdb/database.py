@@ -6,10 +6,12 @@ reported as one line naming the table, the column and the first offending value.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from fourdb.errors import SchemaError
 from fourdb.rdb.schema import Column, Schema, Table
@@ -22,19 +24,39 @@ def _first_bad(values: pd.Series, bad_mask: pd.Series) -> str:
     return f"value {values.iloc[first]!r} (row {first + 1}; {len(idx)} bad rows)"
 
 
-def _read_source(folder: Path, table: Table) -> pd.DataFrame:
+def _read_source(folder: Path, table: Table) -> tuple[list[str], int, Callable[[str], pd.Series]]:
+    """A source file's column names, its row count and a reader of one column.
+
+    A parquet file is read a column at a time, so loading holds one raw column beside the converted
+    table, never the whole table twice (a 100M-row database would not fit otherwise)."""
     path = folder / table.source
     if not path.exists():
         raise SchemaError(f"table '{table.name}': source file '{table.source}' not found in {folder}")
     suffix = path.suffix.lower()
+    if suffix not in (".parquet", ".csv", ".tsv"):
+        raise SchemaError(f"table '{table.name}': source '{table.source}' must be .parquet or .csv")
+
+    def failed(e: Exception) -> SchemaError:
+        return SchemaError(f"table '{table.name}': cannot read '{table.source}': {e}")
+
     try:
         if suffix == ".parquet":
-            return pd.read_parquet(path)
-        if suffix in (".csv", ".tsv"):
-            return pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", low_memory=False)
+            file = pq.ParquetFile(path)
+            names = list(file.schema_arrow.names)
+            return names, file.metadata.num_rows, \
+                lambda name: file.read(columns=[name], use_pandas_metadata=False).column(0).to_pandas()
+        frame = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", low_memory=False)
     except Exception as e:  # noqa: BLE001 - any reader failure is a user-facing bad file
-        raise SchemaError(f"table '{table.name}': cannot read '{table.source}': {e}") from None
-    raise SchemaError(f"table '{table.name}': source '{table.source}' must be .parquet or .csv")
+        raise failed(e) from None
+    return list(frame.columns), len(frame), frame.__getitem__
+
+
+def _ascending(values: pd.Series) -> bool:
+    """Whether integer keys strictly ascend (so are distinct), checked in one pass without hashing."""
+    if not isinstance(values.dtype, np.dtype) or values.dtype.kind not in "iu" or len(values) < 2:
+        return False
+    v = values.to_numpy()
+    return bool((v[1:] > v[:-1]).all())
 
 
 def _coerce_column(table: Table, name: str, dtype: str, values: pd.Series) -> pd.Series:
@@ -43,11 +65,13 @@ def _coerce_column(table: Table, name: str, dtype: str, values: pd.Series) -> pd
     if dtype == "numeric":
         if pd.api.types.is_bool_dtype(values):
             return values.astype("float64")
+        if pd.api.types.is_float_dtype(values) and values.dtype == np.float64:
+            return values
         out = pd.to_numeric(values, errors="coerce")
         bad = out.isna() & values.notna()
         if bad.any():
             raise SchemaError(f"{where}: {_first_bad(values, bad)} is not numeric")
-        return out.astype("float64")
+        return out.astype("float64", copy=False)
     if dtype == "datetime":
         if pd.api.types.is_datetime64_any_dtype(values):
             out = values
@@ -58,7 +82,7 @@ def _coerce_column(table: Table, name: str, dtype: str, values: pd.Series) -> pd
                 raise SchemaError(f"{where}: {_first_bad(values, bad)} is not a parseable timestamp")
         if getattr(out.dt, "tz", None) is not None:
             out = out.dt.tz_convert("UTC").dt.tz_localize(None)
-        return out.astype("datetime64[ns]")
+        return out.astype("datetime64[ns]", copy=False)
     if dtype in ("category", "text"):
         return values.astype("string").astype(object).where(values.notna(), None)
     # keys keep their own type (integers or strings), nulls allowed for foreign keys
@@ -92,14 +116,14 @@ class Database:
 
     @staticmethod
     def _load_table(folder: Path, table: Table) -> pd.DataFrame:
-        raw = _read_source(folder, table)
-        if len(raw) == 0:
+        names, rows, read = _read_source(folder, table)
+        if rows == 0:
             raise SchemaError(f"table '{table.name}': source '{table.source}' has no rows")
-        missing = [c for c in table.column_names if c not in raw.columns]
+        missing = [c for c in table.column_names if c not in names]
         if missing:
             raise SchemaError(
                 f"table '{table.name}', column '{missing[0]}': declared in schema.yaml but not in "
-                f"'{table.source}' (it has: {', '.join(map(str, raw.columns[:12]))})"
+                f"'{table.source}' (it has: {', '.join(map(str, names[:12]))})"
             )
         if table.time_column is not None:
             if table.time_column not in table.column_names:
@@ -112,9 +136,16 @@ class Database:
                     f"table '{table.name}', column '{table.time_column}': time_column must have dtype "
                     f"datetime, not {tdtype}"
                 )
-        out = pd.DataFrame(
-            {c.name: _coerce_column(table, c.name, c.dtype, raw[c.name]) for c in table.columns}
-        )
+        columns = {}
+        for c in table.columns:
+            try:
+                raw = read(c.name)
+            except Exception as e:  # noqa: BLE001 - a column the reader cannot decode is a bad file
+                raise SchemaError(f"table '{table.name}': cannot read '{table.source}': {e}") from None
+            columns[c.name] = _coerce_column(table, c.name, c.dtype, raw)
+            del raw
+        out = pd.DataFrame(columns, copy=False)  # one block per column: no consolidated copy
+        del columns
         pk = table.primary_key
         if pk is not None:
             nulls = out[pk].isna()
@@ -123,13 +154,14 @@ class Database:
                     f"table '{table.name}', column '{pk}': primary key is null in row "
                     f"{int(nulls.to_numpy().nonzero()[0][0]) + 1} ({int(nulls.sum())} null rows)"
                 )
-            dup = out[pk].duplicated()
-            if dup.any():
-                first = out[pk][dup].iloc[0]
-                raise SchemaError(
-                    f"table '{table.name}', column '{pk}': duplicate primary key {first!r} "
-                    f"({int(dup.sum())} duplicate rows)"
-                )
+            if not _ascending(out[pk]):  # ascending keys are distinct; others are hashed
+                dup = out[pk].duplicated()
+                if dup.any():
+                    first = out[pk][dup].iloc[0]
+                    raise SchemaError(
+                        f"table '{table.name}', column '{pk}': duplicate primary key {first!r} "
+                        f"({int(dup.sum())} duplicate rows)"
+                    )
         return out
 
     @staticmethod
