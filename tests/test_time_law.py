@@ -247,9 +247,9 @@ def test_certify_names_a_sampled_edge_type_that_sees_the_future(subsecond, monke
     """A graph whose times are rounded down to whole seconds (the old bug) fails, naming the edge type."""
     import fourdb.graph.build as build
 
-    exact = build.to_epoch_ns
-    monkeypatch.setattr(build, "to_epoch_ns", lambda v: np.where(exact(v) == build.ALWAYS, build.ALWAYS,
-                                                                   exact(v) // 10**9 * 10**9))
+    exact = build.time_ns
+    monkeypatch.setattr(build, "time_ns", lambda v: np.where(exact(v) == build.ALWAYS, build.ALWAYS,
+                                                               exact(v) // 10**9 * 10**9))
     verdict = run(subsecond, "flag", "model=sage", "sampler=recent", "sampler.fanouts=[1]", "certify.enabled=true",
                   "certify.max_seeds=60", "certify.groups=1")["certify"]
     assert not verdict["passed"]

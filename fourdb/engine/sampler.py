@@ -76,8 +76,8 @@ class TypeIndex:
     etypes: list  # canonical edge types into this type; slot j covers keys [j * num, (j + 1) * num)
     num: int  # nodes of this type
     indptr: torch.Tensor  # [k * num + 1]
-    src: torch.Tensor  # source node of each sorted edge
-    eid: torch.Tensor  # original edge id within its edge type (for edge features)
+    src: torch.Tensor  # source node of each sorted edge (int32 where every id fits)
+    eid: torch.Tensor  # original edge id within its edge type (for edge features; as ``src``)
     key: torch.Tensor  # (slot * num + dst) * span + time code: globally sorted
     unit: list = None  # per slot: no destination has more than one in-edge (one comparison, no search)
 
@@ -110,8 +110,9 @@ class TimeCoder:
     alike, so an edge time t is known at cutoff c exactly when code(t) <= code(c)."""
 
     def __init__(self, times: list[np.ndarray]):
-        known = np.concatenate([t[t != ALWAYS] for t in times]) if times else np.zeros(0, np.int64)
-        self.times = np.unique(known)
+        distinct = {(t.ctypes.data, t.shape): t for t in times}.values()  # edge types often share one time array
+        parts = [np.unique(t[t != ALWAYS]) for t in distinct]  # each sorted alone: less working memory
+        self.times = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
         self.span = len(self.times) + 1
 
     def code(self, t: np.ndarray) -> np.ndarray:
@@ -120,9 +121,11 @@ class TimeCoder:
 
 
 def build_edge_index(graph: RelGraph) -> tuple[dict, TimeCoder]:
+    """Every node type's ``TypeIndex``. Slots are the sort's leading key, so each edge type is sorted
+    on its own and placed in its slot's range: the working memory is one edge type's, not the node
+    type's. Sources and edge ids are int32 where they fit (a 100M-row graph's index is half as big)."""
     etypes = graph.canonical_etypes
-    raw = {et: graph.edges(et) for et in etypes}
-    coder = TimeCoder([raw[et][2] for et in etypes])
+    coder = TimeCoder([graph.edge_time(et) for et in etypes])
     by_dst: dict[str, list] = {}
     for et in etypes:
         by_dst.setdefault(et[2], []).append(et)
@@ -131,18 +134,28 @@ def build_edge_index(graph: RelGraph) -> tuple[dict, TimeCoder]:
         num = graph.g.num_nodes(ntype)
         if max(1, len(ets) * num) * coder.span >= np.iinfo(np.int64).max // 2:
             raise OverflowError(f"time span too long to pack for the edges into {ntype}")
-        slots = [(j * num + raw[et][1].astype(np.int64)) for j, et in enumerate(ets)]
-        slot_key = np.concatenate(slots) if slots else np.zeros(0, np.int64)
-        key = slot_key * coder.span + np.concatenate([coder.code(raw[et][2]) for et in ets])
-        order = np.argsort(key, kind="stable")
+        sizes = [graph.g.num_edges(et) for et in ets]
+        largest = max([*sizes, *(graph.g.num_nodes(et[0]) for et in ets), 1])
+        ids = np.int32 if largest < np.iinfo(np.int32).max else np.int64
+        total = sum(sizes)
+        key, src, eid = np.empty(total, np.int64), np.empty(total, ids), np.empty(total, ids)
         indptr = np.zeros(len(ets) * num + 1, dtype=np.int64)
-        np.cumsum(np.bincount(slot_key, minlength=len(ets) * num), out=indptr[1:])
-        src = np.concatenate([raw[et][0].astype(np.int64) for et in ets])
-        eid = np.concatenate([np.arange(len(raw[et][0]), dtype=np.int64) for et in ets])
+        at = 0
+        for j, (et, size) in enumerate(zip(ets, sizes)):
+            s, d, t = graph.edges(et)
+            part = (j * num + d.astype(np.int64)) * coder.span + coder.code(t)
+            order = np.argsort(part, kind="stable")
+            key[at:at + size] = part[order]
+            del part
+            src[at:at + size] = s[order]
+            eid[at:at + size] = order
+            indptr[1 + j * num: 1 + (j + 1) * num] = np.bincount(d, minlength=num)
+            at += size
+            del order
+        np.cumsum(indptr, out=indptr)
         degree = np.diff(indptr).reshape(len(ets), num) if num else np.zeros((len(ets), 0), np.int64)
         unit = [bool(num == 0 or degree[j].max() <= 1) for j in range(len(ets))]
-        index[ntype] = TypeIndex(ets, num, *(torch.from_numpy(np.ascontiguousarray(x)) for x in
-                                             (indptr, src[order], eid[order], key[order])), unit)
+        index[ntype] = TypeIndex(ets, num, *(torch.from_numpy(x) for x in (indptr, src, eid, key)), unit)
     return index, coder
 
 
@@ -265,10 +278,10 @@ class TemporalSampler:
                 rows, offsets = self._draw(counts, fanout, rng)
                 at = lo[rows] + offsets
                 dst_rows = rows % n
-                pairs = ix.src[at] * n_cut + ranks[dst_rows]
+                pairs = ix.src[at].long() * n_cut + ranks[dst_rows]
                 sizes = torch.bincount(rows // n, minlength=k).tolist()  # rows ascend: grouped by slot
                 for et, a, p, d in zip(ix.etypes, *(torch.split(x, sizes) for x in (at, pairs, dst_rows))):
-                    by_src.setdefault(et[0], []).append((et, p, d, ix.eid[a] if et in self.id_etypes else None))
+                    by_src.setdefault(et[0], []).append((et, p, d, ix.eid[a].long() if et in self.id_etypes else None))
             # per source type: its destination pairs first, then the new neighbour pairs (sorted); one
             # unique with inverse gives both the new pairs and every edge's local source id
             src_unique, block_edges, block_eids = {}, {}, {}

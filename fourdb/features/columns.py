@@ -26,6 +26,7 @@ from fourdb.utils import NS_PER_DAY, to_epoch_ns
 MAX_CATEGORIES = 1000  # rarer values share the unknown bucket
 TEXT_DIMS = 8
 MISSING_TIME = np.iinfo(np.int64).min
+CHUNK_ROWS = 1 << 20  # rows encoded at once
 
 
 @dataclass
@@ -136,9 +137,9 @@ class TableEncoder:
 
     def fit(self, df: pd.DataFrame, until=None) -> "TableEncoder":
         """Fit on the rows known by ``until`` (the start of validation), so no statistic comes from later."""
-        df = df[known_rows(self.table, df, until)]
+        known = known_rows(self.table, df, until)
         for col in self.columns:
-            values = df[col.name]
+            values = df[col.name][known]  # a column at a time: a 100M-row table is not copied whole
             if col.dtype == "numeric":
                 self.stats[col.name] = fit_scale(values.astype("float64"))
             elif col.dtype == "category":
@@ -168,7 +169,28 @@ class TableEncoder:
                   cutoffs: np.ndarray | None = None) -> EncodedTable:
         """Encode ``df``'s rows. With ``cutoffs`` (int64 ns per row) each datetime column's age at the
         row's cutoff joins the numeric block; without, the raw values go to ``datetimes`` for the caller
-        to turn into ages per cutoff (a graph row is read at many cutoffs)."""
+        to turn into ages per cutoff (a graph row is read at many cutoffs).
+
+        Rows are encoded ``CHUNK_ROWS`` at a time into the output arrays, so the float64 work arrays
+        of a 100M-row table never exist at once (every encoding is row by row: chunks change nothing)."""
+        n = len(df)
+        if n <= CHUNK_ROWS:
+            return self._transform(df, masked, cutoffs)
+        out = None
+        for start in range(0, n, CHUNK_ROWS):
+            part = self._transform(df.iloc[start:start + CHUNK_ROWS], masked,
+                                   None if cutoffs is None else cutoffs[start:start + CHUNK_ROWS])
+            if out is None:
+                out = EncodedTable(*(np.empty((n, a.shape[1]), a.dtype) for a in
+                                     (part.numeric, part.categorical)), part.cardinalities, part.numeric_names,
+                                   part.categorical_names, np.empty((n, part.datetimes.shape[1]), np.int64),
+                                   part.datetime_names)
+            rows = slice(start, start + len(part.numeric))
+            out.numeric[rows], out.categorical[rows], out.datetimes[rows] = \
+                part.numeric, part.categorical, part.datetimes
+        return out
+
+    def _transform(self, df: pd.DataFrame, masked, cutoffs) -> EncodedTable:
         n = len(df)
         nums, num_names, cats, cards, cat_names, dts, dt_names = [], [], [], [], [], [], []
         for col in self.columns:

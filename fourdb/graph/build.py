@@ -14,6 +14,7 @@ for r2ne edges. A sampler that checks edge times therefore never reaches a row f
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import dgl
@@ -90,12 +91,12 @@ def build_graph(db: Database, kind: str = "r2ne", fit_until=None) -> RelGraph:
     times, key_index = {}, {}
     for t in db.schema.tables:
         df = db.tables[t.name]
-        times[t.name] = to_epoch_ns(df[t.time_column]) if t.time_column else np.full(len(df), ALWAYS)
+        times[t.name] = time_ns(df[t.time_column]) if t.time_column else np.full(len(df), ALWAYS)
         if t.primary_key:
-            key_index[t.name] = pd.Index(df[t.primary_key])
+            key_index[t.name] = RowLookup(df[t.primary_key])
 
     def rows_of(table: str, values: pd.Series) -> np.ndarray:
-        return key_index[table].get_indexer(values)
+        return key_index[table](values)
 
     edges, edge_time, edge_feats, encoders, features, reverse = {}, {}, {}, {}, {}, {}
     for t in db.schema.tables:
@@ -105,29 +106,31 @@ def build_graph(db: Database, kind: str = "r2ne", fit_until=None) -> RelGraph:
             a, b = fks
             sa, sb = rows_of(a.link_table, df[a.name]), rows_of(b.link_table, df[b.name])
             ok = (sa >= 0) & (sb >= 0)
+            kept = ok.all()  # then no row is dropped, and no array is copied to drop it
             enc = TableEncoder(t).fit(df, fit_until)
             encoders[t.name] = enc
-            feats = enc.transform(df[ok].reset_index(drop=True))
-            row_t = times[t.name][ok]
+            feats = enc.transform(df if kept else df[ok].reset_index(drop=True))
+            row_t = times[t.name] if kept else times[t.name][ok]
+            sa, sb = (sa, sb) if kept else (sa[ok], sb[ok])
             pair = []
-            for (src_t, src, dst_t, dst, name) in ((a.link_table, sa[ok], b.link_table, sb[ok], relation(t.name)),
-                                                   (b.link_table, sb[ok], a.link_table, sa[ok],
-                                                    relation(t.name, "rev"))):
+            for (src_t, src, dst_t, dst, name) in ((a.link_table, sa, b.link_table, sb, relation(t.name)),
+                                                   (b.link_table, sb, a.link_table, sa, relation(t.name, "rev"))):
                 et = (src_t, name, dst_t)
                 edges[et] = (src, dst)
-                edge_time[et] = np.maximum(row_t, times[src_t][src])
+                edge_time[et] = _same_or(np.maximum(row_t, times[src_t][src]), row_t)
                 edge_feats[et] = feats
                 pair.append(et)
             reverse.update({pair[0]: pair[1], pair[1]: pair[0]})
             continue
         for fk in fks:
             parent_rows = rows_of(fk.link_table, df[fk.name])
-            child_rows = np.arange(len(df))
             ok = parent_rows >= 0
-            c, p = child_rows[ok], parent_rows[ok]
+            kept = ok.all()
+            c = np.arange(len(df)) if kept else np.flatnonzero(ok)
+            p = parent_rows if kept else parent_rows[ok]
             up, down = fk_relations(t.name, fk.name)
             fwd, rev = (t.name, up, fk.link_table), (fk.link_table, down, t.name)
-            edges[fwd], edge_time[fwd] = (c, p), times[t.name][c]
+            edges[fwd], edge_time[fwd] = (c, p), times[t.name] if kept else times[t.name][c]
             # the child (destination) is already admitted at the cutoff, so its own key is known then
             edges[rev], edge_time[rev] = (p, c), times[fk.link_table][p]
             reverse.update({fwd: rev, rev: fwd})
@@ -141,12 +144,60 @@ def build_graph(db: Database, kind: str = "r2ne", fit_until=None) -> RelGraph:
         enc = TableEncoder(t).fit(db.tables[t.name], fit_until)
         encoders[t.name] = enc
         features[t.name] = enc.transform(db.tables[t.name])
-        g.nodes[t.name].data["time"] = torch.from_numpy(times[t.name])
+        g.nodes[t.name].data["time"] = shared_tensor(times[t.name])
         g.nodes[t.name].data["num"] = torch.from_numpy(features[t.name].numeric)
         g.nodes[t.name].data["cat"] = torch.from_numpy(features[t.name].categorical)
     for et in edges:
-        g.edges[et].data["time"] = torch.from_numpy(np.asarray(edge_time[et], dtype=np.int64))
+        g.edges[et].data["time"] = shared_tensor(np.asarray(edge_time[et], dtype=np.int64))
         if et in edge_feats:
             g.edges[et].data["num"] = torch.from_numpy(edge_feats[et].numeric)
             g.edges[et].data["cat"] = torch.from_numpy(edge_feats[et].categorical)
     return RelGraph(g, kind, features, encoders, edge_feats, reverse)
+
+
+def time_ns(values: pd.Series) -> np.ndarray:
+    """A time column as int64 nanoseconds, sharing the database's memory where it can (a naive
+    datetime64[ns] column, whose missing value NaT is already ``ALWAYS``): the graph reads, never writes,
+    them, and at 100M rows a copy of every time column is gigabytes."""
+    if values.dtype == np.dtype("datetime64[ns]"):
+        return values.to_numpy().view(np.int64)
+    return to_epoch_ns(values)
+
+
+def shared_tensor(a: np.ndarray) -> torch.Tensor:
+    """A tensor over ``a``'s memory, also where ``a`` is a read-only view of the database (torch then
+    warns that it cannot guard writes: nothing writes a graph's times)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(a)
+
+
+def _same_or(new: np.ndarray, old: np.ndarray) -> np.ndarray:
+    """``old`` where it holds the same values as ``new``: one array in memory where edge times equal row times."""
+    return old if new.shape == old.shape and np.array_equal(new, old) else new
+
+
+class RowLookup:
+    """Row positions of key values (-1 where a value is missing or unknown). Integer keys that ascend
+    densely are looked up in an array, in one pass; any other keys through a hash index."""
+
+    def __init__(self, keys: pd.Series):
+        self.keys, self.table = keys, None
+        v = keys.to_numpy()
+        if isinstance(keys.dtype, np.dtype) and keys.dtype.kind in "iu" and len(v) and (v[1:] > v[:-1]).all():
+            self.low, span = int(v[0]), int(v[-1]) - int(v[0]) + 1
+            if span <= 2 * len(v):
+                self.table = np.full(span, -1, np.int64)
+                self.table[v - self.low] = np.arange(len(v))
+        self.index = None if self.table is not None else pd.Index(keys)
+
+    def __call__(self, values: pd.Series) -> np.ndarray:
+        if self.table is None or not (isinstance(values.dtype, np.dtype) and values.dtype.kind in "iu"):
+            if self.index is None:
+                self.index = pd.Index(self.keys)
+            return self.index.get_indexer(values)
+        at = values.to_numpy().astype(np.int64, copy=False) - self.low
+        inside = (at >= 0) & (at < len(self.table))
+        if inside.all():
+            return self.table[at]
+        return np.where(inside, self.table[np.where(inside, at, 0)], -1)
