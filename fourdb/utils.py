@@ -65,15 +65,39 @@ def progress(iterable=None, enabled: bool | None = True, **kwargs):
     return tqdm(iterable, disable=enabled is False or not kwargs["file"].isatty(), **kwargs)
 
 
+DUCKDB_MEMORY_SHARE = 0.25  # of the machine's memory, DuckDB's own limit unless FOURDB_DUCKDB_MEMORY says
+
+
 def duckdb_connect(*args, **kwargs):
-    """``duckdb.connect`` whose own progress bar for long queries draws only on a terminal."""
+    """``duckdb.connect`` whose own progress bar for long queries draws only on a terminal, and whose
+    queries stay within a memory limit, spilling to disk beyond it.
+
+    DuckDB's own default takes 80% of the machine beside the tables fourdb holds, and its allocator
+    keeps freed memory; at 100M rows that alone outgrew the machine. The limit is
+    ``FOURDB_DUCKDB_MEMORY`` (DuckDB's syntax, e.g. ``8GB``) or a quarter of the machine's memory,
+    spilling under ``<cache>/duckdb_spill``; freed memory goes back to the system.
+    """
     import duckdb
+    import psutil
+
+    from fourdb.errors import FourdbError
 
     con = duckdb.connect(*args, **kwargs)
     try:
         con.execute(f"SET enable_progress_bar = {str(sys.stdout.isatty()).lower()}")
     except duckdb.Error:  # in Jupyter without ipywidgets DuckDB refuses to touch the setting; keep its default
         pass
+    limit = os.environ.get("FOURDB_DUCKDB_MEMORY") or f"{int(psutil.virtual_memory().total * DUCKDB_MEMORY_SHARE) >> 20}MB"
+    try:
+        con.execute(f"SET memory_limit = '{limit}'")
+    except duckdb.Error as e:
+        raise FourdbError(f"FOURDB_DUCKDB_MEMORY={limit!r} is not a DuckDB memory size (e.g. 8GB): {e}") from None
+    if not kwargs.get("read_only"):
+        spill = str(cache_root().resolve() / "duckdb_spill").replace("'", "''")
+        con.execute(f"SET temp_directory = '{spill}'")
+    for setting in ("allocator_background_threads = true", "allocator_flush_threshold = '16MB'",
+                    "allocator_bulk_deallocation_flush_threshold = '16MB'"):
+        con.execute(f"SET {setting}")
     return con
 
 
