@@ -91,7 +91,9 @@ def run_one(users: int, cache: Path) -> None:
             start = time.perf_counter()
             state[name] = fn()
             seconds = time.perf_counter() - start
-        print(json.dumps({"stage": name, "seconds": round(seconds, 3), "peak_mb": round(peak.peak)}), flush=True)
+        held = psutil.Process().memory_info().rss / 2**20  # what the stage leaves to the next ones
+        print(json.dumps({"stage": name, "seconds": round(seconds, 3), "peak_mb": round(peak.peak),
+                          "held_mb": round(held)}), flush=True)
 
     stage("generate", lambda: dataset_folder("synthetic", size=users))
     stage("load", lambda: Database.load(state["generate"]))
@@ -181,7 +183,7 @@ def main(argv=None) -> int:
             shutil.rmtree(fresh, ignore_errors=True)
         results.append(r)
         print(f"users={users} rows={r.get('rows', '?')} test_seeds={r.get('test_seeds', '?')} "
-              + " ".join(f"{s}={v['seconds']:.1f}s/{v['peak_mb']}MB" for s, v in r["stages"].items())
+              + " ".join(f"{s}={v['seconds']:.1f}s/{v['peak_mb']}MB/{v['held_mb']}MB" for s, v in r["stages"].items())
               + (f" STOPPED: {r['stopped']}" if r["stopped"] else ""), flush=True)
     load = os.getloadavg()[0]
     for stage in STAGES:
