@@ -1,0 +1,117 @@
+"""What lets 100M rows fit on one machine, checked on small data: every memory saving keeps the values.
+
+The sizes themselves are measured by ``make bench-scale`` (benchmarks/bench_scale.py); these tests check
+that each saving gives the same answer as the plain way it replaces.
+"""
+import numpy as np
+import pandas as pd
+import pytest
+
+from fourdb.datasets import load_dataset
+from fourdb.errors import FourdbError
+from fourdb.features import columns
+from fourdb.features.columns import TableEncoder
+from fourdb.graph import build_graph
+from fourdb.graph.build import RowLookup
+from fourdb.rdb import Database
+from fourdb.rdb.database import _coerce_column
+from fourdb.utils import duckdb_connect
+from tests.test_validation import load_error, write_db
+
+
+@pytest.mark.parametrize("keys", [np.arange(5, 25), np.arange(0, 60, 3), np.array([3, 9, 4, 20, 1]),
+                                  np.array([10, 11, 13, 1000])])
+def test_row_lookup_answers_as_a_hash_index_does(keys):
+    """Dense ascending integer keys take an array; any other keys a hash index: the answers are the same,
+    -1 for a value that is missing, unknown, below or above every key."""
+    values = [pd.Series(np.r_[keys[::-1], keys.min() - 1, keys.max() + 1, 7, 12]),
+              pd.Series([keys[0], None, keys[-1]], dtype="Int64"), pd.Series([float(keys[1]), np.nan])]
+    lookup = RowLookup(pd.Series(keys))
+    assert (lookup.table is not None) == bool((np.diff(keys) > 0).all() and np.ptp(keys) + 1 <= 2 * len(keys))
+    for v in values:
+        np.testing.assert_array_equal(lookup(v), pd.Index(keys).get_indexer(v))
+
+
+def test_chunked_encoding_equals_encoding_at_once(monkeypatch):
+    """Encoding a table a chunk of rows at a time gives exactly the arrays of encoding it at once."""
+    db = load_dataset("synthetic", size=60)
+    table, df = db.schema.table("purchases"), db.tables["purchases"]
+    enc = TableEncoder(table).fit(df, until="2020-10-01")
+    whole = enc.transform(df)
+    monkeypatch.setattr(columns, "CHUNK_ROWS", 97)
+    for cutoffs in (None, np.full(len(df), pd.Timestamp("2020-10-01").value)):
+        chunked, plain = enc.transform(df, cutoffs=cutoffs), enc._transform(df, frozenset(), cutoffs)
+        for name in ("numeric", "categorical", "datetimes"):
+            np.testing.assert_array_equal(getattr(chunked, name), getattr(plain, name))
+            assert getattr(chunked, name).dtype == getattr(plain, name).dtype
+        assert chunked.numeric_names == plain.numeric_names and chunked.datetime_names == plain.datetime_names
+    np.testing.assert_array_equal(whole.numeric, enc.transform(df).numeric)
+
+
+def test_the_graph_shares_the_database_times_and_stores_int32_ids():
+    """A graph keeps one copy of each time column (the database's), stores int32 ids, and still gives
+    int64 edge lists whose times are the rows' own."""
+    db = load_dataset("synthetic", size=60)
+    g = build_graph(db, "r2ne")
+    purchased = db.tables["purchases"]["purchased_at"].to_numpy()
+    link = ("users", "purchases", "items")
+    assert g.g.idtype.itemsize == 4
+    src, dst, t = g.edges(link)
+    assert src.dtype == dst.dtype == np.int64
+    np.testing.assert_array_equal(t, purchased.view(np.int64))
+    assert np.shares_memory(t, purchased) and np.shares_memory(g.edge_features[link].datetimes, purchased)
+    assert np.shares_memory(g.node_time("audits"), db.tables["audits"]["audited_at"].to_numpy())
+    users = db.tables["users"]["user_id"].to_numpy()
+    np.testing.assert_array_equal(users[src], db.tables["purchases"]["user_id"].to_numpy())
+
+
+def test_a_shuffled_duplicate_key_is_still_refused(tmp_path, fmt="parquet"):
+    """Ascending keys are checked in one pass; any other order is hashed, so a duplicate is never missed."""
+    message = load_error(write_db(tmp_path, fmt, data={"users": {"user_id": [3, 1, 3]},
+                                                       "orders": {"user_id": [1, 3, 3, 1]}}))
+    assert "duplicate primary key 3" in message
+
+
+def test_parquet_columns_load_as_a_whole_file_read_does(tmp_path):
+    """Reading a parquet source a column at a time gives the values a whole-file read gave: nullable
+    integers, time zones, categories and strings included (a nullable integer column with no null
+    becomes plain int64)."""
+    folder = write_db(tmp_path, "parquet")
+    users = pd.DataFrame({"user_id": pd.array([1, 2, 3], dtype="Int64"),
+                          "signup_at": pd.to_datetime(["2021-01-01 10:00+02:00", "2021-02-01 00:00+00:00",
+                                                       "2021-03-01 00:00+00:00"],
+                                                      utc=True),
+                          "country": pd.Categorical(["fr", None, "fr"])})
+    users.to_parquet(folder / "users.parquet", index=False)
+    db = Database.load(folder)
+    for table in db.schema.tables:  # the same frames as coercing a whole-file pandas read
+        whole = pd.read_parquet(folder / table.source)
+        for c in table.columns:
+            expected = _coerce_column(table, c.name, c.dtype, whole[c.name])
+            got = db.tables[table.name][c.name]
+            pd.testing.assert_series_equal(got, expected, check_names=False, check_dtype=False)
+            # the one difference: a nullable integer column holding no null is plain int64
+            assert got.dtype == expected.dtype or (expected.dtype == "Int64" and got.dtype == np.int64)
+    loaded = db.tables["users"]
+    assert loaded["user_id"].tolist() == [1, 2, 3]
+    assert loaded["signup_at"].dtype == "datetime64[ns]" and loaded["signup_at"].iloc[0] == pd.Timestamp("2021-01-01 08:00")
+    assert loaded["country"].tolist() == ["fr", None, "fr"]
+    assert db.sql("SELECT count(*) AS n FROM orders o JOIN users u USING (user_id)")["n"].iloc[0] == 4
+
+
+def test_a_column_the_reader_cannot_decode_is_one_line(tmp_path):
+    folder = write_db(tmp_path, "parquet")
+    (folder / "orders.parquet").write_bytes(b"PAR1 not really parquet PAR1")
+    assert "cannot read 'orders.parquet'" in load_error(folder)
+
+
+def test_duckdb_gets_a_memory_limit_and_a_spill_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("FOURDB_CACHE", str(tmp_path))
+    monkeypatch.setenv("FOURDB_DUCKDB_MEMORY", "1GB")
+    con = duckdb_connect()
+    limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    assert limit.replace(" ", "") in ("1.0GiB", "953.6MiB", "1GB", "1.0GB")
+    assert con.execute("SELECT current_setting('temp_directory')").fetchone()[0] == str(tmp_path / "duckdb_spill")
+    monkeypatch.setenv("FOURDB_DUCKDB_MEMORY", "plenty")
+    with pytest.raises(FourdbError, match="FOURDB_DUCKDB_MEMORY='plenty'"):
+        duckdb_connect()
