@@ -61,7 +61,7 @@ def graphbolt_graph(graph):
     import dgl
     import dgl.graphbolt as gb
 
-    g = graph.g
+    g = graph.g.long()  # int64 ids, as GraphBolt is fed its seeds
     bare = dgl.heterograph({et: g.edges(etype=et) for et in g.canonical_etypes},
                            num_nodes_dict={t: g.num_nodes(t) for t in g.ntypes})
     gbg = gb.from_dglgraph(bare, include_original_edge_id=True)
@@ -221,7 +221,7 @@ def samplers(data, batches, ours_all_ids=False):
 
     from fourdb.engine.sampler import TemporalSampler
 
-    g, st = data.graph.g, data.seed_type
+    g, st = data.graph.g.long(), data.seed_type  # int64 ids, as the anchors are fed their seeds
     sampler = data.sampler
     if ours_all_ids:
         sampler = TemporalSampler(data.graph, sampler.fanouts, sampler.strategy, _index=(sampler.index, sampler.coder),

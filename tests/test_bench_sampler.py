@@ -53,7 +53,7 @@ def test_ours_at_one_late_cutoff_and_dgl_sample_what_the_recount_allows(graphs, 
     nodes = np.arange(0, graph.g.num_nodes("users"), 3)
     ours = TemporalSampler(graph, FANOUTS, all_edge_ids=True).sample(
         "users", nodes, np.full(len(nodes), after), np.random.default_rng(0))
-    blocks = dgl.dataloading.NeighborSampler(FANOUTS).sample_blocks(graph.g, {"users": torch.from_numpy(nodes)})[2]
+    blocks = dgl.dataloading.NeighborSampler(FANOUTS).sample_blocks(graph.g.long(), {"users": torch.from_numpy(nodes)})[2]
     bench.recount(graph, bench.hops_of_batch(ours), FANOUTS)
     bench.recount(graph, bench.hops_of_dgl(blocks, after), FANOUTS)
     assert ours.blocks[-1].num_edges() == blocks[-1].num_edges() > 0

@@ -117,7 +117,9 @@ class TimeCoder:
 
     def code(self, t: np.ndarray) -> np.ndarray:
         t = np.asarray(t, dtype=np.int64)
-        return np.where(t == ALWAYS, 0, np.searchsorted(self.times, t, side="right")).astype(np.int64)
+        code = np.searchsorted(self.times, t, side="right").astype(np.int64, copy=False)
+        code[t == ALWAYS] = 0
+        return code
 
 
 def build_edge_index(graph: RelGraph) -> tuple[dict, TimeCoder]:
@@ -142,10 +144,14 @@ def build_edge_index(graph: RelGraph) -> tuple[dict, TimeCoder]:
         indptr = np.zeros(len(ets) * num + 1, dtype=np.int64)
         at = 0
         for j, (et, size) in enumerate(zip(ets, sizes)):
-            s, d, t = graph.edges(et)
-            part = (j * num + d.astype(np.int64)) * coder.span + coder.code(t)
+            s, d = (x.numpy() for x in graph.g.edges(etype=et))  # the ids as stored (int32 mostly): no copy
+            t = graph.edge_time(et)
+            part = d.astype(np.int64)  # the key (j * num + d) * span + code, built in place
+            part += j * num
+            part *= coder.span
+            part += coder.code(t)
             order = np.argsort(part, kind="stable")
-            key[at:at + size] = part[order]
+            np.take(part, order, out=key[at:at + size])
             del part
             src[at:at + size] = s[order]
             eid[at:at + size] = order
