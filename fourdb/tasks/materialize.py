@@ -149,7 +149,8 @@ def materialize(spec: TaskSpec, db: Database, allow_empty_splits: bool = False) 
         raise TaskError(f"task '{spec.name}': table '{spec.entity_table}' has no primary key to predict for")
     frame = {"entity_window": _materialize_window, "recommendation": _materialize_links if spec.link_table else
              _materialize_window, "row_column": _materialize_row, "autocomplete": _materialize_column}[spec.kind](spec, db, pk)
-    frame = frame.dropna(subset=["label"])
+    if frame["label"].isna().any():  # (a copy only when something is dropped: 100M-row tasks have tens of millions of seeds)
+        frame = frame.dropna(subset=["label"])
     if frame.duplicated(["entity", "cutoff"]).any():
         first = frame[frame.duplicated(["entity", "cutoff"])].iloc[0]
         raise TaskError(f"task '{spec.name}': the SQL yields two labels for entity {first['entity']!r} at {first['cutoff']}")
@@ -180,7 +181,10 @@ def materialize(spec: TaskSpec, db: Database, allow_empty_splits: bool = False) 
         num_classes = len(classes)
     elif spec.task_type == "regression":
         frame["label"] = frame["label"].astype("float64")
-    frame = frame.sort_values(["split", "cutoff", "node"], kind="stable").reset_index(drop=True)
+    # sort_values(["split", "cutoff", "node"], kind="stable"), as one lexsort and one copy
+    frame = frame.take(np.lexsort((frame["node"].to_numpy(), frame["cutoff"].to_numpy(),
+                                   pd.factorize(frame["split"], sort=True)[0])))
+    frame.index = pd.RangeIndex(len(frame))
     hidden = [c for c in table.column_names if c not in spec.known_columns and c != pk] \
         if spec.kind == "row_column" else []
     removed = list(spec.remove_columns) + ([(table.name, spec.label)] if spec.kind == "autocomplete" else [])
@@ -200,8 +204,10 @@ def _materialize_window(spec: TaskSpec, db: Database, pk: str) -> pd.DataFrame:
     """Run the SQL once per split over its cutoffs; under the RelBench rule training and validation
     labels come from the database cut at ``test``."""
     before_test = _known_at(db, pd.Timestamp(spec.timestamps["test"])) if spec.rule == "relbench" else db
-    parts = [window_labels(spec, db if split == "test" else before_test, times).assign(split=split)
-             for split, times in cutoffs(spec, db).items()]
+    parts = []
+    for split, times in cutoffs(spec, db).items():
+        parts.append(window_labels(spec, db if split == "test" else before_test, times))
+        parts[-1]["split"] = split
     return pd.concat(parts, ignore_index=True)
 
 
