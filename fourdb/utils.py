@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -153,3 +154,32 @@ def environment(packages: tuple[str, ...], gpu: str | None = None) -> dict:
     return {"packages": {p: version(p) for p in packages}, "git_commit": commit,
             "git_dirty": None if status is None else bool(status),
             "hardware": {"platform": platform.platform(), "cpus": os.cpu_count(), "gpu": gpu}}
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_unusable() -> str | None:
+    """Why graphs cannot go to the GPU here, or None when they can. torch may see a GPU while the DGL
+    installed (the package registry's build) has no CUDA; blocks moved there would fail every batch."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    try:
+        import dgl
+
+        dgl.graph(([0], [0])).to("cuda")
+    except Exception as e:  # noqa: BLE001 - DGL's own error says what is missing
+        return (f"the installed DGL cannot use CUDA ({str(e).splitlines()[0][:100]}); install DGL's CUDA "
+                f"build for torch {torch.__version__}")
+    return None
+
+
+def resolve_device(device: str) -> str:
+    """``auto``: cuda where graphs can go there, else cpu. ``cuda`` where they cannot: one clear error."""
+    from fourdb.errors import FourdbError
+
+    if device == "auto":
+        return "cpu" if gpu_unusable() else "cuda"
+    if str(device).startswith("cuda") and gpu_unusable():
+        raise FourdbError(f"device {device!r} asked for, but {gpu_unusable()}")
+    return device

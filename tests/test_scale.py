@@ -115,3 +115,32 @@ def test_duckdb_gets_a_memory_limit_and_a_spill_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("FOURDB_DUCKDB_MEMORY", "plenty")
     with pytest.raises(FourdbError, match="FOURDB_DUCKDB_MEMORY='plenty'"):
         duckdb_connect()
+
+
+def test_a_gpu_that_dgl_cannot_use_is_not_chosen(monkeypatch):
+    """torch may see a GPU while the installed DGL has no CUDA (the package registry's build): ``auto``
+    then trains and samples on the CPU, and an explicit ``cuda`` is one clear error, not a failure in
+    every batch."""
+    import torch
+
+    from fourdb.engine import ddp, parallel
+    from fourdb.engine.config import EngineConfig
+    from fourdb.train.trainer import TrainerConfig
+    from fourdb.utils import gpu_unusable
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    gpu_unusable.cache_clear()
+    try:
+        import dgl
+
+        monkeypatch.setattr(dgl.DGLGraph, "to", lambda self, device: (_ for _ in ()).throw(
+            dgl.DGLError("Device API cuda is not enabled. Please install the cuda version of dgl.")))
+        assert "cannot use CUDA" in gpu_unusable()
+        assert TrainerConfig(device="auto").torch_device().type == "cpu"
+        assert EngineConfig(device="auto").sampler_device() == "cpu"
+        assert ddp.resolve_backend("auto") == "gloo" and parallel.machine()[1] == 0
+        with pytest.raises(FourdbError, match="cannot use CUDA"):
+            TrainerConfig(device="cuda").torch_device()
+    finally:
+        gpu_unusable.cache_clear()

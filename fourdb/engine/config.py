@@ -36,8 +36,6 @@ class EngineConfig:
         return cls(**d)
 
     def sampler_device(self) -> str:
-        if self.device == "auto":
-            import torch
+        from fourdb.utils import resolve_device
 
-            return "cuda" if torch.cuda.is_available() else "cpu"
-        return self.device
+        return resolve_device(self.device)

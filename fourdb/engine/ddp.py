@@ -64,7 +64,9 @@ def in_torchrun() -> bool:
 
 def resolve_backend(backend: str = "auto") -> str:
     if backend in (None, "auto"):
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        from fourdb.utils import gpu_unusable
+
+        return "gloo" if gpu_unusable() else "nccl"  # the ranks train where their graphs can go
     return backend
 
 

@@ -78,7 +78,9 @@ def machine() -> tuple[int, int]:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover
         cores = os.cpu_count() or 1
-    return cores, torch.cuda.device_count() if torch.cuda.is_available() else 0
+    from fourdb.utils import gpu_unusable
+
+    return cores, 0 if gpu_unusable() else torch.cuda.device_count()
 
 
 def fit_line(small: float, big: float, b_small: int, b_big: int) -> tuple[float, float]:

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from fourdb.engine import ddp
 from fourdb.engine.timing import to_device
 from fourdb.train import checkpoint
+from fourdb.utils import resolve_device
 from fourdb.metrics import compute, higher_is_better
 from fourdb.utils import progress as progress_bar
 
@@ -54,9 +55,7 @@ class TrainerConfig:
         return Trainer(self, info.task_type, info.metric, seed)
 
     def torch_device(self) -> torch.device:
-        if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
+        return torch.device(resolve_device(self.device))
 
 
 class Trainer:
