@@ -8,8 +8,8 @@ Per size, one fresh process runs the stages a user runs, in order, on the shop's
 task: every seed), ``dfs`` (DFS depth 2 over a fixed number of seeds), ``graph`` (the r2ne graph, its
 sampler index and seed features), ``train`` (one epoch of sage over a fixed number of training seeds,
 with its validation pass) and ``infer`` (predictions for every test seed). Each stage reports its wall
-time and the process's peak RSS while it ran (sampled every 50 ms), so a stage is charged for what the
-earlier ones still hold. Each size starts from an empty cache folder (nothing built or computed before
+time, the process's peak RSS while it ran (sampled every 50 ms), so a stage is charged for what the
+earlier ones still hold, and the RSS it leaves held for the next. Each size starts from an empty cache folder (nothing built or computed before
 is reused), and the parent stops a size whose process passes ``--limit-gb`` (default 16), saying at which
 stage.
 
