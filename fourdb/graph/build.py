@@ -25,6 +25,7 @@ import torch
 from fourdb.registry import Registry
 from fourdb.features.columns import EncodedTable, TableEncoder
 from fourdb.rdb import Database
+from fourdb.rdb.database import ascending_integers
 from fourdb.utils import to_epoch_ns
 
 ALWAYS = np.iinfo(np.int64).min
@@ -195,7 +196,7 @@ class RowLookup:
     def __init__(self, keys: pd.Series):
         self.keys, self.table = keys, None
         v = keys.to_numpy()
-        if isinstance(keys.dtype, np.dtype) and keys.dtype.kind in "iu" and len(v) and (v[1:] > v[:-1]).all():
+        if ascending_integers(keys):
             self.low, span = int(v[0]), int(v[-1]) - int(v[0]) + 1
             if span <= 2 * len(v):
                 self.table = np.full(span, -1, np.int64)

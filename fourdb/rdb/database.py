@@ -39,19 +39,23 @@ def _read_source(folder: Path, table: Table) -> tuple[list[str], int, Callable[[
     def failed(e: Exception) -> SchemaError:
         return SchemaError(f"table '{table.name}': cannot read '{table.source}': {e}")
 
+    def column(name: str) -> pd.Series:
+        try:
+            return file.read(columns=[name], use_pandas_metadata=False).column(0).to_pandas()
+        except Exception as e:  # noqa: BLE001 - a column the reader cannot decode is a bad file
+            raise failed(e) from None
+
     try:
         if suffix == ".parquet":
             file = pq.ParquetFile(path)
-            names = list(file.schema_arrow.names)
-            return names, file.metadata.num_rows, \
-                lambda name: file.read(columns=[name], use_pandas_metadata=False).column(0).to_pandas()
+            return list(file.schema_arrow.names), file.metadata.num_rows, column
         frame = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", low_memory=False)
     except Exception as e:  # noqa: BLE001 - any reader failure is a user-facing bad file
         raise failed(e) from None
     return list(frame.columns), len(frame), frame.__getitem__
 
 
-def _ascending(values: pd.Series) -> bool:
+def ascending_integers(values: pd.Series) -> bool:
     """Whether integer keys strictly ascend (so are distinct), checked in one pass without hashing."""
     if not isinstance(values.dtype, np.dtype) or values.dtype.kind not in "iu" or len(values) < 2:
         return False
@@ -65,7 +69,7 @@ def _coerce_column(table: Table, name: str, dtype: str, values: pd.Series) -> pd
     if dtype == "numeric":
         if pd.api.types.is_bool_dtype(values):
             return values.astype("float64")
-        if pd.api.types.is_float_dtype(values) and values.dtype == np.float64:
+        if values.dtype == np.float64:
             return values
         out = pd.to_numeric(values, errors="coerce")
         bad = out.isna() & values.notna()
@@ -136,16 +140,9 @@ class Database:
                     f"table '{table.name}', column '{table.time_column}': time_column must have dtype "
                     f"datetime, not {tdtype}"
                 )
-        columns = {}
-        for c in table.columns:
-            try:
-                raw = read(c.name)
-            except Exception as e:  # noqa: BLE001 - a column the reader cannot decode is a bad file
-                raise SchemaError(f"table '{table.name}': cannot read '{table.source}': {e}") from None
-            columns[c.name] = _coerce_column(table, c.name, c.dtype, raw)
-            del raw
-        out = pd.DataFrame(columns, copy=False)  # one block per column: no consolidated copy
-        del columns
+        # one column read and converted at a time; one block per column (no consolidated copy)
+        out = pd.DataFrame({c.name: _coerce_column(table, c.name, c.dtype, read(c.name)) for c in table.columns},
+                           copy=False)
         pk = table.primary_key
         if pk is not None:
             nulls = out[pk].isna()
@@ -154,7 +151,7 @@ class Database:
                     f"table '{table.name}', column '{pk}': primary key is null in row "
                     f"{int(nulls.to_numpy().nonzero()[0][0]) + 1} ({int(nulls.sum())} null rows)"
                 )
-            if not _ascending(out[pk]):  # ascending keys are distinct; others are hashed
+            if not ascending_integers(out[pk]):  # ascending keys are distinct; others are hashed
                 dup = out[pk].duplicated()
                 if dup.any():
                     first = out[pk][dup].iloc[0]

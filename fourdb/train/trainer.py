@@ -26,9 +26,8 @@ import torch.nn.functional as F
 from fourdb.engine import ddp
 from fourdb.engine.timing import to_device
 from fourdb.train import checkpoint
-from fourdb.utils import resolve_device
 from fourdb.metrics import compute, higher_is_better
-from fourdb.utils import progress as progress_bar
+from fourdb.utils import progress as progress_bar, resolve_device
 
 log = logging.getLogger("fourdb")
 
