@@ -144,3 +144,19 @@ def test_a_gpu_that_dgl_cannot_use_is_not_chosen(monkeypatch):
             TrainerConfig(device="cuda").torch_device()
     finally:
         gpu_unusable.cache_clear()
+
+
+@pytest.mark.parametrize("case", ["plain", "missing cutoff", "huge rows"])
+def test_seeds_are_ordered_as_a_lexsort_orders_them(case):
+    from fourdb.tasks.materialize import _seed_order
+    rng = np.random.default_rng(3)
+    n = 5000
+    rank = rng.integers(0, 3, n).astype(np.int64)
+    cutoff = pd.Series(np.datetime64("2020-01-01", "ns") + rng.integers(0, 9, n) * np.timedelta64(7, "D"))
+    node = rng.integers(0, 200, n)
+    if case == "missing cutoff":
+        cutoff[rng.choice(n, 40, replace=False)] = pd.NaT
+    if case == "huge rows":  # the one integer key would overflow: the lexsort itself
+        node[0] = 2 ** 61
+    order = _seed_order(rank, cutoff, node)
+    assert (order == np.lexsort((node, cutoff.to_numpy(), rank))).all()

@@ -195,6 +195,51 @@ def _taste_raw(**changes):
     return raw
 
 
+def test_the_sql_runs_once_over_every_cutoff_and_each_row_lands_in_its_cutoffs_split(synthetic_db):
+    from fourdb.tasks import cutoffs
+    from fourdb.tasks.materialize import window_labels
+    spec = TaskSpec.from_dict(_taste_raw(), "t.yaml")
+    task = materialize(spec, synthetic_db)
+    # the same seeds and labels as running the SQL once per split over that split's cutoffs
+    by_split = cutoffs(spec, synthetic_db)
+    parts = [window_labels(spec, synthetic_db, times).assign(split=s) for s, times in by_split.items()]
+    expected = pd.concat(parts).sort_values(["split", "cutoff", "entity"]).reset_index(drop=True)
+    got = task.frame[["entity", "cutoff", "label", "label_known_at", "split"]]
+    pd.testing.assert_frame_equal(got, expected[got.columns], check_dtype=False)
+    assert got["split"].dtype == object and list(got["split"].unique()) == ["test", "train", "val"]
+    for split, times in by_split.items():
+        assert set(task.split(split)["cutoff"]) <= set(times)
+
+    # one run sees every split's cutoffs; under the RelBench rule, as RelBench does, one run per split
+    sql = """SELECT u.user_id, c.cutoff, (SELECT count(*) FROM cutoffs) AS label
+             FROM cutoffs c JOIN users u ON u.signup_at <= c.cutoff"""
+    once = materialize(TaskSpec.from_dict(_taste_raw(sql=sql, task_type="regression", metrics=None), "t.yaml"),
+                       synthetic_db)
+    assert set(once.frame["label"]) == {sum(len(t) for t in by_split.values())}
+    ts = {**_taste_raw()["timestamps"], "rule": "relbench", "num_eval_timestamps": 2}
+    spec = TaskSpec.from_dict(_taste_raw(sql=sql, task_type="regression", metrics=None, timestamps=ts), "t.yaml")
+    per_split = materialize(spec, synthetic_db)
+    counts = {s: len(t) for s, t in cutoffs(spec, synthetic_db).items()}
+    assert {s: set(per_split.split(s)["label"]) for s in counts} == {s: {n} for s, n in counts.items()}
+
+
+def test_two_labels_for_one_seed_are_refused(synthetic_db):
+    twice = """SELECT u.user_id, c.cutoff, 1 AS label FROM cutoffs c JOIN users u ON u.signup_at <= c.cutoff
+               WHERE u.user_id IN (SELECT min(user_id) FROM users)"""
+    first = synthetic_db.tables["users"]["user_id"].min()
+    with pytest.raises(TaskError, match=rf"the SQL yields two labels for entity {first} at "):
+        materialize(TaskSpec.from_dict(_taste_raw(sql=f"{twice} UNION ALL {twice}"), "t.yaml"), synthetic_db)
+    # also when another row names an entity the table does not have (checked after duplicates)
+    ghost = "SELECT -1 AS user_id, max(cutoff) AS cutoff, 0 AS label FROM cutoffs"
+    with pytest.raises(TaskError, match="two labels"):
+        materialize(TaskSpec.from_dict(_taste_raw(sql=f"{twice} UNION ALL {twice} UNION ALL {ghost}"), "t.yaml"),
+                    synthetic_db)
+    with pytest.raises(TaskError, match="entity -1 is not a key of table 'users'"):
+        materialize(TaskSpec.from_dict(_taste_raw(sql=f"{twice} UNION ALL {ghost}"), "t.yaml"), synthetic_db)
+    # the same entity at two different cutoffs is two seeds, not a repeat
+    assert len(materialize(TaskSpec.from_dict(_taste_raw(sql=twice), "t.yaml"), synthetic_db).frame) > 1
+
+
 def test_unknown_task_lists_the_available_ones(synthetic_db):
     with pytest.raises(TaskError, match=r"no task 'nope' for dataset 'synthetic' \(available: [a-z, -]+\)") as e:
         load_task(synthetic_db, "synthetic", "nope")
