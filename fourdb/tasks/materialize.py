@@ -196,7 +196,7 @@ def materialize(spec: TaskSpec, db: Database, allow_empty_splits: bool = False) 
 
 def _sorted_seeds(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """``frame[columns]`` sorted by split name, cutoff and row (``sort_values(["split", "cutoff", "node"],
-    kind="stable")``) with the split's names, as one lexsort and one gather per column."""
+    kind="stable")``) with the split's names, as one sort and one gather per column."""
     codes = frame["split"].cat.codes.to_numpy()
     order = _seed_order(_SPLIT_NAME_RANK[codes], frame["cutoff"], frame["node"].to_numpy())
 
