@@ -183,7 +183,7 @@ def main(argv=None) -> int:
             shutil.rmtree(fresh, ignore_errors=True)
         results.append(r)
         print(f"users={users} rows={r.get('rows', '?')} test_seeds={r.get('test_seeds', '?')} "
-              + " ".join(f"{s}={v['seconds']:.1f}s/{v['peak_mb']}MB/{v['held_mb']}MB" for s, v in r["stages"].items())
+              + " ".join(f"{s}={v['seconds']:.2f}s/{v['peak_mb']}MB/{v['held_mb']}MB" for s, v in r["stages"].items())
               + (f" STOPPED: {r['stopped']}" if r["stopped"] else ""), flush=True)
     load = os.getloadavg()[0]
     for stage in STAGES:
