@@ -194,14 +194,13 @@ class RowLookup:
     densely are looked up in an array, in one pass; any other keys through a hash index."""
 
     def __init__(self, keys: pd.Series):
-        self.keys, self.table = keys, None
-        v = keys.to_numpy()
+        self.keys, self.table, self.index = keys, None, None  # the hash index is made when first needed
         if ascending_integers(keys):
+            v = keys.to_numpy()
             self.low, span = int(v[0]), int(v[-1]) - int(v[0]) + 1
             if span <= 2 * len(v):
                 self.table = np.full(span, -1, np.int64)
                 self.table[v - self.low] = np.arange(len(v))
-        self.index = None if self.table is not None else pd.Index(keys)
 
     def __call__(self, values: pd.Series) -> np.ndarray:
         if self.table is None or not (isinstance(values.dtype, np.dtype) and values.dtype.kind in "iu"):
