@@ -16,14 +16,15 @@ import pandas as pd
 import pyarrow as pa
 
 from fourdb.features.dfs.plan import Agg, Lookup, Node, _agg_dtype
-from fourdb.features.dfs.scan import (_arrow, _compose, _gather, _numpy, _prefix_scan, _sorted_rows, _time_order,
-                                      asof_positions)
+from fourdb.features.dfs.scan import (_arrow, _Columns, _compose, _gather, _numpy, _prefix_scan, _sorted_rows,
+                                      _time_order, asof_positions)
 from fourdb.rdb import Database
 from fourdb.rdb.schema import Table
 
 T_MIN = "TIMESTAMP_NS '1678-01-01 00:00:00'"  # a row without time: always visible
 T_MAX = "TIMESTAMP_NS '2262-01-01 00:00:00'"  # cutoff of a per-row (cutoff-free) relation
 NS_PER_DAY = 86400e9
+_SCAN_BYTES = 16 << 20  # a running aggregate's feature columns held at once, beyond its rows' keys
 
 _TEMP = re.compile(r"\b__[a-z]+\d+\b")
 
@@ -51,7 +52,8 @@ class _Compiler:
         self.tables = tables
         self.steps: list[_Step] = []
         self.n = 0
-        self.bases: dict[str, str] = {}
+        self.bases: dict[str, str] = {}  # table -> its base view
+        self.sources: dict[str, pd.DataFrame] = {}  # table -> the frame its base view reads
         self.relations: dict[tuple[str, str], tuple[str, int]] = {}
         self.views: set[str] = set()
         self.per_row: set[str] = set()  # query sets that are every row of their table, cutoff-free
@@ -134,8 +136,8 @@ class _Compiler:
             # DuckDB scans the database's own columns in place: renamed, not copied
             frame = {f"v{i}": df[t.columns[i].name] for i in keep}
             frame |= {"__rid": np.arange(len(df), dtype=np.int64), "__ord": _time_order(df, t)}
-            frame = pd.DataFrame(frame, copy=False)
-            self.con.register(self.src(tname), frame)
+            self.sources[tname] = pd.DataFrame(frame, copy=False)
+            self.con.register(self.src(tname), self.sources[tname])
         for i, tname in enumerate(sorted(self.tables)):
             self.bases[tname] = f"__b{i}"
         for tname in sorted(self.tables):
@@ -146,9 +148,12 @@ class _Compiler:
         return f"__src_{sorted(self.tables).index(table)}"  # not a temp-table name (see _TEMP): never dropped
 
     def base(self, t: Table) -> None:
+        """A view of the table with typed columns, time, time order and parent row ids. The view reads the
+        registered frame in place, so that no table is copied; the parent row ids, a join to compute, are
+        computed once into the frame."""
         time_expr = f"CAST(s.{self.col(t, t.time_column)} AS TIMESTAMP_NS)" if t.time_column else "NULL::TIMESTAMP_NS"
         sel = ["s.__rid", f"{time_expr} AS __time", f"coalesce({time_expr}, {T_MIN}) AS __t", "s.__ord"]
-        joins = []
+        parents = {}
         for i, c in enumerate(t.columns):
             if c.dtype == "numeric":
                 sel.append(f"CAST(s.v{i} AS DOUBLE) AS v{i}")
@@ -159,12 +164,27 @@ class _Compiler:
                 pk = f"v{parent.column_names.index(parent.primary_key)}"
                 same_kind = (pd.api.types.is_integer_dtype(self.db.tables[t.name][c.name])
                              == pd.api.types.is_integer_dtype(self.db.tables[parent.name][parent.primary_key]))
-                left, right = (f"s.v{i}", f"j{i}.{pk}") if same_kind else \
-                    (f"CAST(s.v{i} AS VARCHAR)", f"CAST(j{i}.{pk} AS VARCHAR)")
-                joins.append(f"LEFT JOIN {self.src(parent.name)} j{i} ON {left} = {right}")
-                sel.append(f"j{i}.__rid AS p{i}")
-        self.emit(f"table {t.name}", f"CREATE TEMP TABLE {self.bases[t.name]} AS SELECT {', '.join(sel)} "
-                                     f"FROM {self.src(t.name)} s {' '.join(joins)}")
+                left, right = (f"s.v{i}", f"j.{pk}") if same_kind else \
+                    (f"CAST(s.v{i} AS VARCHAR)", f"CAST(j.{pk} AS VARCHAR)")
+                parents[f"p{i}"] = f"SELECT s.__rid, j.__rid AS p FROM {self.src(t.name)} s " \
+                                   f"JOIN {self.src(parent.name)} j ON {left} = {right}"
+                sel.append(f"s.p{i}")
+        view = f"CREATE TEMP VIEW {self.bases[t.name]} AS SELECT {', '.join(sel)} FROM {self.src(t.name)} s"
+
+        def run(con, name=t.name, parents=parents, view=view):
+            frame = self.sources[name]
+            for col, sql in parents.items():
+                found = _arrow(con, sql)
+                rid = np.zeros(len(frame), dtype=np.int64)
+                rid[_numpy(found, "__rid", np.int64)] = _numpy(found, "p", np.int64)
+                missing = np.ones(len(frame), dtype=bool)
+                missing[_numpy(found, "__rid", np.int64)] = False
+                del found
+                frame[col] = pd.arrays.IntegerArray(rid, missing)
+            con.register(self.src(name), frame)
+            con.execute(view)
+
+        self.emit(f"table {t.name}", run)
 
     def query(self, desc: str, select: str) -> str:
         """A query set: distinct (k, cutoff) rows numbered by ``qid``."""
@@ -294,36 +314,42 @@ class _Compiler:
         need = self._inputs(ag)
         bc = self.bases[child.name]
         fkc = self.fk(child, ag.fk)
-        cols = [f"c.{fkc} AS k", "c.__ord", "c.__t", "c.__time"]
-        src = f"{bc} c"
-        if need:
-            if ag.node.key not in self.statics:  # the child's own features, once per row
-                qs = self.new("q")
-                self.views.add(qs)
-                self.per_row.add(qs)
-                self.emit(f"rows {child.name}", f"CREATE TEMP VIEW {qs} AS SELECT __rid AS qid, __rid AS k, "
-                                                f"{T_MAX} AS cutoff, * FROM {bc}")
-                self.statics[ag.node.key] = self.relation(ag.node, qs, view=True)[0]
-            src += f" JOIN {self.statics[ag.node.key]} r ON r.k = c.__rid"
-            cols += [f"r.c{i} AS x{i}" for i in need]
         # rows after a parent's latest cutoff never reach a query: they are left out of the scan
-        sql = (f"SELECT {', '.join(cols)} FROM {src} JOIN (SELECT k, max(cutoff) AS until FROM {q} GROUP BY k) u "
-               f"ON u.k = c.{fkc} AND c.__t <= u.until")
+        until = f"JOIN (SELECT k, max(cutoff) AS until FROM {q} GROUP BY k) u ON u.k = c.{fkc} AND c.__t <= u.until"
+        keys = f"SELECT c.{fkc} AS k, c.__ord, c.__t, c.__time FROM {bc} c {until}"
+        uses = {q, bc}
+        if need and ag.node.key not in self.statics:  # the child's own features, once per row
+            qs = self.new("q")
+            self.views.add(qs)
+            self.per_row.add(qs)
+            self.emit(f"rows {child.name}", f"CREATE TEMP VIEW {qs} AS SELECT __rid AS qid, __rid AS k, "
+                                            f"{T_MAX} AS cutoff, * FROM {bc}")
+            self.statics[ag.node.key] = self.relation(ag.node, qs, view=True)[0]
+        statics = self.statics.get(ag.node.key)
+        uses |= {statics} if need else set()
         run = self.new("run")
         dtypes = {i: ag.node.features[i].dtype for i in need}
 
-        def scan(con, sql=sql, run=run, need=need, dtypes=dtypes, q=q):
-            rows = _sorted_rows(con, sql)
+        def values(group: list[int], statics=statics, until=until) -> str:
+            return (f"SELECT c.__ord, {', '.join(f'r.c{i} AS x{i}' for i in group)} "
+                    f"FROM {bc} c JOIN {statics} r ON r.k = c.__rid {until}")
+
+        def scan(con, keys=keys, values=values, run=run, need=need, dtypes=dtypes, q=q):
+            rows = _sorted_rows(con, keys)
             queries = _arrow(con, f"SELECT qid, k, cutoff FROM {q}")
-            pos = asof_positions(_numpy(rows, "k", np.int64), _numpy(rows, "__t", "datetime64[ns]").view(np.int64),
+            k = _numpy(rows, "k", np.int64)
+            pos = asof_positions(k, _numpy(rows, "__t", "datetime64[ns]").view(np.int64),
                                  _numpy(queries, "k", np.int64),
                                  _numpy(queries, "cutoff", "datetime64[ns]").view(np.int64))
-            state = _prefix_scan(rows, need, dtypes, pos)
-            del rows
+            # as many feature columns per DuckDB pass as fit the budget beside the rows' keys
+            width = _SCAN_BYTES // (8 * max(len(k), 1))
+            columns = _Columns(con, values, _numpy(rows, "__ord", np.int64), need, dtypes, width)
+            state = _prefix_scan(k, _numpy(rows, "__time", "datetime64[ns]"), columns, need, dtypes, pos)
+            del rows, columns
             self.frames[run] = pa.table({"qid": queries.column("qid"), **state})
             con.register(run, self.frames[run])
 
-        self.emit(f"running {ag.label} per {ag.fk}", scan, uses=set(_TEMP.findall(sql)) | {q})
+        self.emit(f"running {ag.label} per {ag.fk}", scan, uses=uses)
         exprs = [self._running_expr(p, i) for p, i in ag.outputs]
         return (f"SELECT m.qid, m.k, m.cutoff, {{outs}} FROM {q} m LEFT JOIN {run} r ON r.qid = m.qid", exprs)
 

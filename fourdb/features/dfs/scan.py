@@ -7,6 +7,8 @@ anything from one parent's rows to the next.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import duckdb
 import numpy as np
 import pandas as pd
@@ -88,9 +90,7 @@ def asof_positions(k: np.ndarray, t: np.ndarray, qk: np.ndarray, qt: np.ndarray)
 
 
 def _sorted_rows(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
-    """The rows of ``sql`` sorted by (k, __ord). Sorted here, as a SQL sort would carry every wide row
-    along, and one column at a time, each unsorted column let go once its sorted copy is made: the
-    rows are never held twice."""
+    """The rows of ``sql`` sorted by (k, __ord), one column at a time."""
     rows = _arrow(con, sql)
     order = np.lexsort((_numpy(rows, "__ord"), _numpy(rows, "k")))
     names, cols = rows.column_names, rows.columns
@@ -103,12 +103,14 @@ def _sorted_rows(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
 _CHUNK = 16  # columns per grouped scan: bounds the scratch memory of a wide child table
 
 
-def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str], pos: np.ndarray) -> dict:
+def _prefix_scan(k: np.ndarray, tl: np.ndarray, column: Callable, need: dict[int, set[str]], dtypes: dict[int, str],
+                 pos: np.ndarray) -> dict:
     """The running state of a child table sorted by (k, time order) after row ``pos[j]`` (-1: before any
     row) for each query j: count, shifted sums and sums of squares, min, max, last value, number of
-    distinct values, mode, first and last time. Every scan is exact per group: nothing carries over
+    distinct values, mode, first and last time. ``k`` and ``tl`` (the rows' time) are in that order, and
+    ``column(i)`` gives feature ``i`` in it: float64 (NaN: missing) or category codes and their dictionary,
+    asked for once each, in the order of ``need``. Every scan is exact per group: nothing carries over
     from one parent's rows to the next. Returns Arrow arrays, one entry per query."""
-    k = _numpy(df, "k", np.int64)
     n = len(k)
     gid, start = _segments(k)
     idx = np.arange(n)
@@ -127,7 +129,6 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
             out[name] = pa.array(v, mask=mask)
 
     keep("n", (idx - start + 1).astype(np.float64))
-    tl = _numpy(df, "__time", "datetime64[ns]")
     starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if n else np.zeros(0, dtype=np.int64)
     first_timed = np.minimum.reduceat(np.where(~np.isnat(tl), idx, n), starts)[gid] if n else idx
     keep("tl", tl, np.isnat(tl))  # rows without time sort first, so the latest known time is the row's own
@@ -163,7 +164,7 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
         for how in scans:
             flush(how, _CHUNK)
         if dtypes[i] == "numeric":
-            x = _numpy(df, f"x{i}", np.float64)
+            x = column(i)
             ok = ~np.isnan(x)
             if prims & {"sum", "mean", "std"}:
                 # shift by the group's first known value, so sums of squares keep their precision
@@ -182,7 +183,7 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
             if "last" in prims:
                 keep(f"l{i}", x, ~ok)
         else:
-            code, uniques = _codes(df.column(f"x{i}"))
+            code, uniques = column(i)
             if "last" in prims:
                 keep(f"l{i}", _Categories(code, uniques))
             if prims & {"mode", "num_unique"}:
@@ -209,6 +210,43 @@ def _prefix_scan(df: pa.Table, need: dict[int, set[str]], dtypes: dict[int, str]
     for how in scans:
         flush(how)
     return out
+
+
+class _Columns:
+    """A running aggregate's feature columns in its rows' scan order, fetched from DuckDB a few at a time
+    (``width`` per query) so that only one group of columns is held beside the rows' keys.
+
+    ``sql(group)`` selects ``__ord`` and ``x{i}`` for ``i`` in ``group`` over the scan's rows in any order;
+    ``order`` is their ``__ord`` (distinct per row) in scan order, by which each fetched row is put in place.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, sql: Callable[[list[int]], str], order: np.ndarray,
+                 need: dict[int, set[str]], dtypes: dict[int, str], width: int):
+        self.con, self.sql, self.dtypes = con, sql, dtypes
+        self.by_ord = np.argsort(order)
+        self.ords = order[self.by_ord]
+        self.todo = list(need)
+        self.width = max(1, width)
+        self.n = len(order)
+        self.ready: dict = {}
+
+    def __call__(self, i: int):
+        if i not in self.ready:
+            self.ready.clear()
+            at = self.todo.index(i)
+            group, self.todo = self.todo[at:at + self.width], self.todo[:at] + self.todo[at + self.width:]
+            table = _arrow(self.con, self.sql(group))
+            dest = self.by_ord[np.searchsorted(self.ords, _numpy(table, "__ord", np.int64))]
+            for j in group:
+                if self.dtypes[j] == "numeric":
+                    self.ready[j] = np.empty(self.n)
+                    self.ready[j][dest] = _numpy(table, f"x{j}", np.float64)
+                else:
+                    code, uniques = _codes(table.column(f"x{j}"))
+                    self.ready[j] = (np.empty(self.n, dtype=np.int64), uniques)
+                    self.ready[j][0][dest] = code
+            del table
+        return self.ready.pop(i)
 
 
 class _Categories:
