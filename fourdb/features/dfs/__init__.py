@@ -60,7 +60,7 @@ from fourdb.features.dfs.plan import MAX_DEPTH, PRIMITIVES, _tables_of, _unique,
 from fourdb.features.dfs.scan import _numpy, asof_positions
 from fourdb.features.single_table import seed_row_features
 from fourdb.rdb import Database
-from fourdb.utils import atomic_output, cache_root, duckdb_connect, progress as progress_bar, stable_hash
+from fourdb.utils import atomic_output, cache_root, progress as progress_bar, stable_hash
 
 __all__ = ["DFS_VERSION", "MAX_DEPTH", "PRIMITIVES", "asof_positions", "build_plan", "cached_dfs", "check_config",
            "compute_dfs", "data_fingerprint", "dfs_features", "encode_features", "seeds_hash"]
@@ -83,9 +83,12 @@ def compute_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int =
     if not plan.features:
         return pd.DataFrame(index=pd.RangeIndex(len(seeds)))
     start = time.perf_counter()
-    con = duckdb_connect()
+    # a session of the database's own DuckDB instance (its temp tables are the session's own): one
+    # instance per process, so one buffer pool under one memory limit, and no second instance to start
+    con = db.con.cursor()
+    threads_before = con.execute("SELECT current_setting('threads')").fetchone()[0]
     try:
-        con.execute(f"SET threads TO {int(threads or os.cpu_count() or 1)}")
+        con.execute(f"SET threads TO {int(threads or os.cpu_count() or 1)}")  # the instance's: set back below
         comp = _Compiler(con, db, _tables_of(plan, set()))
         comp.register()
         frame = pd.DataFrame({"__i": np.arange(len(seeds), dtype=np.int64),
@@ -115,6 +118,7 @@ def compute_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int =
         log.info("dfs: %d features for %d seeds in %d steps, %.1f s", len(names), len(seeds),
                  len(comp.steps), time.perf_counter() - start)
     finally:
+        con.execute(f"SET threads TO {int(threads_before)}")
         con.close()
     table = pa.table([c.dictionary_encode() if f.dtype == "category" else c for c, f in zip(cols, plan.features)],
                      names=names)

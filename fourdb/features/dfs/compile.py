@@ -16,14 +16,13 @@ import pandas as pd
 import pyarrow as pa
 
 from fourdb.features.dfs.plan import Agg, Lookup, Node, _agg_dtype
-from fourdb.features.dfs.scan import (_arrow, _Columns, _compose, _gather, _numpy, _prefix_scan, _sorted_rows,
+from fourdb.features.dfs.scan import (NS_PER_DAY, _arrow, _Columns, _compose, _gather, _numpy, _prefix_scan, _sorted_rows,
                                       _time_order, asof_positions)
 from fourdb.rdb import Database
 from fourdb.rdb.schema import Table
 
 T_MIN = "TIMESTAMP_NS '1678-01-01 00:00:00'"  # a row without time: always visible
 T_MAX = "TIMESTAMP_NS '2262-01-01 00:00:00'"  # cutoff of a per-row (cutoff-free) relation
-NS_PER_DAY = 86400e9
 _SCAN_BYTES = 16 << 20  # a running aggregate's feature columns held at once, beyond its rows' keys
 
 _TEMP = re.compile(r"\b__[a-z]+\d+\b")
@@ -338,33 +337,21 @@ class _Compiler:
             rows = _sorted_rows(con, keys)
             queries = _arrow(con, f"SELECT qid, k, cutoff FROM {q}")
             k = _numpy(rows, "k", np.int64)
+            cutoff = _numpy(queries, "cutoff", "datetime64[ns]").view(np.int64)
             pos = asof_positions(k, _numpy(rows, "__t", "datetime64[ns]").view(np.int64),
-                                 _numpy(queries, "k", np.int64),
-                                 _numpy(queries, "cutoff", "datetime64[ns]").view(np.int64))
+                                 _numpy(queries, "k", np.int64), cutoff)
             # as many feature columns per DuckDB pass as fit the budget beside the rows' keys
             width = _SCAN_BYTES // (8 * max(len(k), 1))
             columns = _Columns(con, values, _numpy(rows, "__ord", np.int64), need, dtypes, width)
-            state = _prefix_scan(k, _numpy(rows, "__time", "datetime64[ns]"), columns, need, dtypes, pos)
+            out = _prefix_scan(k, _numpy(rows, "__time", "datetime64[ns]"), columns, need, dtypes, pos, ag.outputs,
+                               cutoff)
             del rows, columns
-            self.frames[run] = pa.table({"qid": queries.column("qid"), **state})
+            self.frames[run] = pa.table({"qid": queries.column("qid"), **out})
             con.register(run, self.frames[run])
 
         self.emit(f"running {ag.label} per {ag.fk}", scan, uses=uses)
-        exprs = [self._running_expr(p, i) for p, i in ag.outputs]
+        exprs = [f"r.o{m}" for m in range(len(ag.outputs))]  # every query of q has its row in run
         return (f"SELECT m.qid, m.k, m.cutoff, {{outs}} FROM {q} m LEFT JOIN {run} r ON r.qid = m.qid", exprs)
-
-    @staticmethod
-    def _running_expr(p: str, i: int | None) -> str:
-        return {
-            "count": "coalesce(r.n, 0)",
-            "sum": f"coalesce(r.s{i} + r.n{i} * r.m{i}, 0)",
-            "mean": f"CASE WHEN r.n{i} > 0 THEN r.s{i} / r.n{i} + r.m{i} END",
-            "std": f"CASE WHEN r.n{i} > 1 THEN sqrt(greatest((r.q{i} - r.s{i} * r.s{i} / r.n{i}) / (r.n{i} - 1), 0)) END",
-            "min": f"r.mn{i}", "max": f"r.mx{i}", "last": f"r.l{i}",
-            "mode": f"r.mo{i}", "num_unique": f"coalesce(r.u{i}, 0)",
-            "time_since_last": f"(epoch_ns(m.cutoff) - epoch_ns(r.tl)) / {NS_PER_DAY}",
-            "time_since_first": f"(epoch_ns(m.cutoff) - epoch_ns(r.tf)) / {NS_PER_DAY}",
-        }[p]
 
     def joined_aggregate(self, ag: Agg, q: str) -> tuple[str, list[str]]:
         """The child's visible rows per (parent, cutoff), with their cutoff-dependent features, grouped."""

@@ -17,6 +17,8 @@ import pyarrow.compute as pc
 
 from fourdb.rdb.schema import Table
 
+NS_PER_DAY = 86400e9
+
 
 def _time_order(df: pd.DataFrame, t: Table) -> np.ndarray:
     """Each row's rank (from 1) by (time, row number), rows without time first: numbered here rather
@@ -104,29 +106,41 @@ _CHUNK = 16  # columns per grouped scan: bounds the scratch memory of a wide chi
 
 
 def _prefix_scan(k: np.ndarray, tl: np.ndarray, column: Callable, need: dict[int, set[str]], dtypes: dict[int, str],
-                 pos: np.ndarray) -> dict:
-    """The running state of a child table sorted by (k, time order) after row ``pos[j]`` (-1: before any
-    row) for each query j: count, shifted sums and sums of squares, min, max, last value, number of
-    distinct values, mode, first and last time. ``k`` and ``tl`` (the rows' time) are in that order, and
-    ``column(i)`` gives feature ``i`` in it: float64 (NaN: missing) or category codes and their dictionary,
-    asked for once each, in the order of ``need``. Every scan is exact per group: nothing carries over
-    from one parent's rows to the next. Returns Arrow arrays, one entry per query."""
+                 pos: np.ndarray, outputs: list[tuple[str, int | None]], cutoff: np.ndarray) -> dict:
+    """A running aggregate's ``outputs`` (primitive, feature) for each query j, from the state of a child
+    table sorted by (k, time order) after row ``pos[j]`` (-1: before any row): count, shifted sums and
+    sums of squares, min, max, last value, number of distinct values, mode, first and last time.
+    ``k`` and ``tl`` (the rows' time) are in that order, and ``column(i)`` gives feature ``i`` in it:
+    float64 (NaN: missing) or category codes and their dictionary, asked for once each, in the order of
+    ``need``; ``cutoff`` is each query's, in ns. Every scan is exact per group: nothing carries over
+    from one parent's rows to the next. Each output is made as soon as its states are, and the states
+    let go, so the states of all outputs are never held at once. Returns Arrow arrays ``o{m}`` for
+    output m, one entry per query."""
     n = len(k)
     gid, start = _segments(k)
     idx = np.arange(n)
     hit = pos >= 0
     at = np.where(hit, pos, 0) if n else np.zeros(len(pos), dtype=np.int64)
-    out = {}
+    states, out = {}, {}
+    waiting = list(enumerate(outputs))
 
     def keep(name, values, missing=None, rows=at):
-        """The state at the wanted rows only."""
+        """The state at the wanted rows only; then every output whose states are all there."""
+        nonlocal waiting
         if isinstance(values, _Categories):
-            code = np.where(hit, values.code[at], -1) if n else np.full(len(pos), -1)
-            out[name] = pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32), mask=code < 0), values.uniques)
+            states[name] = _Categories(np.where(hit, values.code[at], -1) if n else np.full(len(pos), -1),
+                                       values.uniques)
         else:
             v = values[rows] if n else np.zeros(len(pos), dtype=values.dtype)
-            mask = ~hit if missing is None else ~hit | missing[rows] if n else ~hit
-            out[name] = pa.array(v, mask=mask)
+            states[name] = (v, ~hit if missing is None else ~hit | missing[rows] if n else ~hit)
+        ready = [(m, o) for m, o in waiting if all(x in states for x in _states_of(*o))]
+        if ready:
+            for m, (p, i) in ready:
+                out[f"o{m}"] = _running_output(p, i, states, cutoff)
+            waiting = [w for w in waiting if w not in ready]
+            wanted = {x for _, o in waiting for x in _states_of(*o)}
+            for x in [x for x in states if x not in wanted]:
+                del states[x]
 
     keep("n", (idx - start + 1).astype(np.float64))
     starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if n else np.zeros(0, dtype=np.int64)
@@ -209,7 +223,44 @@ def _prefix_scan(k: np.ndarray, tl: np.ndarray, column: Callable, need: dict[int
                     keep(f"mo{i}", _Categories(code, uniques))
     for how in scans:
         flush(how)
+    assert not waiting, waiting
     return out
+
+
+_STATES = {"count": ("n",), "sum": ("s{i}", "n{i}", "m{i}"), "mean": ("s{i}", "n{i}", "m{i}"),
+           "std": ("q{i}", "s{i}", "n{i}"), "min": ("mn{i}",), "max": ("mx{i}",), "last": ("l{i}",),
+           "mode": ("mo{i}",), "num_unique": ("u{i}",), "time_since_last": ("tl",), "time_since_first": ("tf",)}
+
+
+def _states_of(p: str, i: int | None) -> list[str]:
+    return [x.format(i=i) for x in _STATES[p]]
+
+
+def _running_output(p: str, i: int | None, states: dict, cutoff: np.ndarray):
+    """One output from its states (values, missing) at the queries, as a grouped aggregate in SQL gives
+    it: an empty group gives 0 for count, sum and num_unique, and missing otherwise."""
+    got = [states[x] for x in _states_of(p, i)]
+    if isinstance(got[0], _Categories):  # last or mode of a category
+        code = got[0].code
+        return pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32), mask=code < 0), got[0].uniques)
+    (v, missing), *more = got
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if p in ("count", "num_unique"):
+            return pa.array(np.where(missing, 0.0, v))
+        if p == "sum":
+            (cnt, _), (shift, _) = more
+            return pa.array(np.where(missing, 0.0, v + cnt * shift))
+        if p == "mean":
+            (cnt, _), (shift, _) = more
+            return pa.array(v / cnt + shift, mask=missing | ~(cnt > 0))
+        if p == "std":
+            (total, _), (cnt, _) = more
+            var = np.maximum((v - total * total / cnt) / (cnt - 1), 0)
+            return pa.array(np.sqrt(var), mask=missing | ~(cnt > 1))
+        if p in ("time_since_last", "time_since_first"):
+            days = (cutoff - v.view(np.int64)) / NS_PER_DAY
+            return pa.array(days, mask=missing)
+    return pa.array(v, mask=missing)  # min, max, last
 
 
 class _Columns:
