@@ -287,7 +287,7 @@ class _Compiler:
     # -- aggregates: a SELECT of (qid, k, cutoff, c0..cm) for every row of q -------------------------
     def aggregate(self, ag: Agg, q: str, cast: bool) -> str:
         if not ag.node.has_aggs and self.lookups_safe(ag.node):
-            sql = self.running_aggregate(ag, q)
+            sql = self.running_aggregate(ag, q, np.float32 if cast else np.float64)
         else:
             sql = self.joined_aggregate(ag, q)
         exprs = sql[1]
@@ -305,10 +305,11 @@ class _Compiler:
                 need.setdefault(i, set()).add(p)
         return need
 
-    def running_aggregate(self, ag: Agg, q: str) -> tuple[str, list[str]]:
+    def running_aggregate(self, ag: Agg, q: str, real=np.float64) -> tuple[str, list[str]]:
         """Prefix aggregates of the child's rows per parent in time order (one sort, then vectorized
         scans), and an ASOF join that picks for each (parent, cutoff) the state after its last row.
-        Only the children of parents in ``q``, up to their latest cutoff, are scanned."""
+        Only the children of parents in ``q``, up to their latest cutoff, are scanned. Numeric outputs
+        are of type ``real``."""
         child = self.schema.table(ag.child)
         need = self._inputs(ag)
         bc = self.bases[child.name]
@@ -333,7 +334,7 @@ class _Compiler:
             return (f"SELECT c.__ord, {', '.join(f'r.c{i} AS x{i}' for i in group)} "
                     f"FROM {bc} c JOIN {statics} r ON r.k = c.__rid {until}")
 
-        def scan(con, keys=keys, values=values, run=run, need=need, dtypes=dtypes, q=q):
+        def scan(con, keys=keys, values=values, run=run, need=need, dtypes=dtypes, q=q, real=real):
             rows = _sorted_rows(con, keys)
             queries = _arrow(con, f"SELECT qid, k, cutoff FROM {q}")
             k = _numpy(rows, "k", np.int64)
@@ -344,7 +345,7 @@ class _Compiler:
             width = _SCAN_BYTES // (8 * max(len(k), 1))
             columns = _Columns(con, values, _numpy(rows, "__ord", np.int64), need, dtypes, width)
             out = _prefix_scan(k, _numpy(rows, "__time", "datetime64[ns]"), columns, need, dtypes, pos, ag.outputs,
-                               cutoff)
+                               cutoff, real)
             del rows, columns
             self.frames[run] = pa.table({"qid": queries.column("qid"), **out})
             con.register(run, self.frames[run])

@@ -102,17 +102,18 @@ def _sorted_rows(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     return pa.table(cols, names=names)
 
 
+_BATCH_ROWS = 1 << 16  # rows per Arrow batch of a running aggregate's feature columns
 _CHUNK = 16  # columns per grouped scan: bounds the scratch memory of a wide child table
 
 
 def _prefix_scan(k: np.ndarray, tl: np.ndarray, column: Callable, need: dict[int, set[str]], dtypes: dict[int, str],
-                 pos: np.ndarray, outputs: list[tuple[str, int | None]], cutoff: np.ndarray) -> dict:
+                 pos: np.ndarray, outputs: list[tuple[str, int | None]], cutoff: np.ndarray, real=np.float64) -> dict:
     """A running aggregate's ``outputs`` (primitive, feature) for each query j, from the state of a child
     table sorted by (k, time order) after row ``pos[j]`` (-1: before any row): count, shifted sums and
     sums of squares, min, max, last value, number of distinct values, mode, first and last time.
     ``k`` and ``tl`` (the rows' time) are in that order, and ``column(i)`` gives feature ``i`` in it:
     float64 (NaN: missing) or category codes and their dictionary, asked for once each, in the order of
-    ``need``; ``cutoff`` is each query's, in ns. Every scan is exact per group: nothing carries over
+    ``need``; ``cutoff`` is each query's, in ns; ``real``: the type of numeric outputs. Every scan is exact per group: nothing carries over
     from one parent's rows to the next. Each output is made as soon as its states are, and the states
     let go, so the states of all outputs are never held at once. Returns Arrow arrays ``o{m}`` for
     output m, one entry per query."""
@@ -136,7 +137,7 @@ def _prefix_scan(k: np.ndarray, tl: np.ndarray, column: Callable, need: dict[int
         ready = [(m, o) for m, o in waiting if all(x in states for x in _states_of(*o))]
         if ready:
             for m, (p, i) in ready:
-                out[f"o{m}"] = _running_output(p, i, states, cutoff)
+                out[f"o{m}"] = _running_output(p, i, states, cutoff, real)
             waiting = [w for w in waiting if w not in ready]
             wanted = {x for _, o in waiting for x in _states_of(*o)}
             for x in [x for x in states if x not in wanted]:
@@ -236,31 +237,30 @@ def _states_of(p: str, i: int | None) -> list[str]:
     return [x.format(i=i) for x in _STATES[p]]
 
 
-def _running_output(p: str, i: int | None, states: dict, cutoff: np.ndarray):
+def _running_output(p: str, i: int | None, states: dict, cutoff: np.ndarray, real=np.float64):
     """One output from its states (values, missing) at the queries, as a grouped aggregate in SQL gives
-    it: an empty group gives 0 for count, sum and num_unique, and missing otherwise."""
+    it: an empty group gives 0 for count, sum and num_unique, and missing otherwise. Numeric outputs are
+    computed in float64 and given as ``real``."""
     got = [states[x] for x in _states_of(p, i)]
     if isinstance(got[0], _Categories):  # last or mode of a category
         code = got[0].code
         return pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32), mask=code < 0), got[0].uniques)
     (v, missing), *more = got
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if p in ("count", "num_unique"):
-            return pa.array(np.where(missing, 0.0, v))
-        if p == "sum":
+            v, missing = np.where(missing, 0.0, v), None
+        elif p == "sum":
             (cnt, _), (shift, _) = more
-            return pa.array(np.where(missing, 0.0, v + cnt * shift))
-        if p == "mean":
+            v, missing = np.where(missing, 0.0, v + cnt * shift), None
+        elif p == "mean":
             (cnt, _), (shift, _) = more
-            return pa.array(v / cnt + shift, mask=missing | ~(cnt > 0))
-        if p == "std":
+            v, missing = v / cnt + shift, missing | ~(cnt > 0)
+        elif p == "std":
             (total, _), (cnt, _) = more
-            var = np.maximum((v - total * total / cnt) / (cnt - 1), 0)
-            return pa.array(np.sqrt(var), mask=missing | ~(cnt > 1))
-        if p in ("time_since_last", "time_since_first"):
-            days = (cutoff - v.view(np.int64)) / NS_PER_DAY
-            return pa.array(days, mask=missing)
-    return pa.array(v, mask=missing)  # min, max, last
+            v, missing = np.sqrt(np.maximum((v - total * total / cnt) / (cnt - 1), 0)), missing | ~(cnt > 1)
+        elif p in ("time_since_last", "time_since_first"):
+            v = (cutoff - v.view(np.int64)) / NS_PER_DAY
+        return pa.array(v.astype(real, copy=False), mask=missing)  # min, max, last as they are
 
 
 class _Columns:
@@ -286,17 +286,23 @@ class _Columns:
             self.ready.clear()
             at = self.todo.index(i)
             group, self.todo = self.todo[at:at + self.width], self.todo[:at] + self.todo[at + self.width:]
-            table = _arrow(self.con, self.sql(group))
-            dest = self.by_ord[np.searchsorted(self.ords, _numpy(table, "__ord", np.int64))]
-            for j in group:
-                if self.dtypes[j] == "numeric":
-                    self.ready[j] = np.empty(self.n)
-                    self.ready[j][dest] = _numpy(table, f"x{j}", np.float64)
-                else:
-                    code, uniques = _codes(table.column(f"x{j}"))
-                    self.ready[j] = (np.empty(self.n, dtype=np.int64), uniques)
-                    self.ready[j][0][dest] = code
-            del table
+            numeric = [j for j in group if self.dtypes[j] == "numeric"]
+            for j in numeric:
+                self.ready[j] = np.empty(self.n)
+            texts, places = {j: [] for j in group if j not in numeric}, []
+            # batch by batch, each let go once its values are in place: DuckDB's Arrow batches are freed whole
+            for batch in self.con.sql(self.sql(group)).fetch_record_batch(_BATCH_ROWS):
+                dest = self.by_ord[np.searchsorted(self.ords, batch.column("__ord").to_numpy())]
+                for j in numeric:
+                    self.ready[j][dest] = batch.column(f"x{j}").to_numpy(zero_copy_only=False)
+                for j, parts in texts.items():
+                    parts.append(pa.concat_arrays([batch.column(f"x{j}")]))  # a copy of its own
+                places.append(dest)
+            dest = np.concatenate(places) if places else np.zeros(0, dtype=np.int64)
+            for j, parts in texts.items():
+                code, uniques = _codes(pa.chunked_array(parts, parts[0].type if parts else pa.string()))
+                self.ready[j] = (np.empty(self.n, dtype=np.int64), uniques)
+                self.ready[j][0][dest] = code
         return self.ready.pop(i)
 
 
