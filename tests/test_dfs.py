@@ -250,6 +250,35 @@ def test_row_seeds_match_brute_force_with_hidden_columns(shop, depth):
     assert not any(c.startswith("products") for c in hidden_fk.columns)
 
 
+def test_running_aggregates_a_column_per_pass_in_small_batches_give_the_same_features(shop, monkeypatch):
+    """A running aggregate fetches its feature columns a memory budget at a time, in Arrow batches: the
+    smallest budget (one column per DuckDB pass) and 3-row batches give the same features as one pass."""
+    from fourdb.features.dfs import compile as compile_module, scan as scan_module
+
+    seeds = customer_seeds(shop)
+    whole = D.compute_dfs(shop, "customers", seeds, depth=2, progress=False)
+    passes, chunks = [], []
+    fetch, codes = scan_module._Columns.__call__, scan_module._codes
+
+    def counted(self, i):
+        passes.append(i not in self.ready)
+        return fetch(self, i)
+
+    def chunked(column):
+        chunks.append(column.num_chunks)
+        return codes(column)
+
+    monkeypatch.setattr(scan_module._Columns, "__call__", counted)
+    monkeypatch.setattr(scan_module, "_codes", chunked)
+    monkeypatch.setattr(compile_module, "_SCAN_BYTES", 1)
+    monkeypatch.setattr(scan_module, "_BATCH_ROWS", 3)
+    got, checked = assert_matches_reference(shop, "customers", seeds, 2)
+    pd.testing.assert_frame_equal(got, whole)
+    assert checked > 100
+    assert sum(passes) == len(passes) > 2  # every column a pass of its own
+    assert chunks and min(chunks) > 1  # and each came in several batches
+
+
 def test_rows_at_the_cutoff_count_and_one_second_later_do_not(shop):
     c = CUTOFFS[1]
     seeds = pd.DataFrame({"node": [1, 1, 1], "cutoff": [c - pd.Timedelta(seconds=1), c, c + pd.Timedelta(seconds=1)]})

@@ -26,6 +26,11 @@ rows. That is linear in the child's rows plus the queries whatever the fan-out (
 over every flight of the year). A child whose own features depend on the cutoff (an aggregate below
 it, depth 3) is joined to its visible rows and grouped by (parent, cutoff) in SQL.
 
+Memory: DFS runs in a session of the database's own DuckDB instance and reads the tables in place
+(views over the database's columns; only each foreign key's parent row ids are computed, once). A
+running aggregate holds its rows' keys, a budget of feature columns at a time (fetched in Arrow
+batches), and its outputs, each made as soon as its state is.
+
 Primitives: ``count`` (rows), ``sum`` ``mean`` ``min`` ``max`` ``std`` (sample, ddof=1) of numeric
 features, ``mode`` and ``num_unique`` of category features, ``last`` of both (the value, null included,
 of the latest row by time, then row order), ``time_since_last`` and ``time_since_first`` for children
