@@ -297,7 +297,8 @@ class _Columns:
                     self.ready[j][dest] = batch.column(f"x{j}").to_numpy(zero_copy_only=False)
                 for j, parts in texts.items():
                     parts.append(pa.concat_arrays([batch.column(f"x{j}")]))  # a copy of its own
-                places.append(dest)
+                if texts:
+                    places.append(dest)
             dest = np.concatenate(places) if places else np.zeros(0, dtype=np.int64)
             for j, parts in texts.items():
                 code, uniques = _codes(pa.chunked_array(parts, parts[0].type if parts else pa.string()))
