@@ -57,6 +57,7 @@ class _Compiler:
         self.views: set[str] = set()
         self.per_row: set[str] = set()  # query sets that are every row of their table, cutoff-free
         self.statics: dict[str, str] = {}  # child node -> relation of its rows' own features
+        self.layouts: dict[str, tuple] = {}  # relation -> (FROM, column expressions, joins, join of each column)
         self.safe: dict[tuple[str, str], bool] = {}
         self.frames: dict[str, pa.Table] = {}  # running-state tables registered with DuckDB
         self.fetched: dict[str, pa.Table] = {}  # seed-level results, gathered at the end
@@ -241,17 +242,21 @@ class _Compiler:
         b = self.bases[t.name]
         src, qa = self.rows(q, b)
         sel, joins = [f"b.{self.col(t, c)}" for c in node.own], []
+        join_of = [None] * len(sel)  # the join each column comes through (None: the row's own)
         for li, lk in enumerate(node.lookups):
             ql = self.lookup_query(t, lk, q)
             rl, n = self.relation(lk.node, ql)
             joins.append(f"LEFT JOIN {rl} l{li} ON l{li}.k = b.{self.fk(t, lk.fk)} AND l{li}.cutoff = {qa}.cutoff")
             sel += [f"l{li}.c{m}" for m in range(n)]
+            join_of += [len(joins) - 1] * n
         for ai, ag in enumerate(node.aggs):
             ra = self.new("a")
             self.emit(f"aggregate {ag.label}", f"CREATE TEMP TABLE {ra} AS {self.aggregate(ag, q, cast=False)}")
             joins.append(f"LEFT JOIN {ra} a{ai} ON a{ai}.qid = {qa}.qid")
             sel += [f"a{ai}.c{m}" for m in range(len(ag.outputs))]
+            join_of += [len(joins) - 1] * len(ag.outputs)
         r = self.new("r")
+        self.layouts[r] = (src, sel, joins, join_of)
         cols = [f"{qa}.qid", f"{qa}.k", f"{qa}.cutoff"] + [f"{e} AS c{m}" for m, e in enumerate(sel)]
         if view:
             self.views.add(r)
@@ -315,9 +320,10 @@ class _Compiler:
         bc = self.bases[child.name]
         fkc = self.fk(child, ag.fk)
         # rows after a parent's latest cutoff never reach a query: they are left out of the scan
-        until = f"JOIN (SELECT k, max(cutoff) AS until FROM {q} GROUP BY k) u ON u.k = c.{fkc} AND c.__t <= u.until"
-        keys = f"SELECT c.{fkc} AS k, c.__ord, c.__t, c.__time FROM {bc} c {until}"
-        uses = {q, bc}
+        def until(c: str) -> str:
+            return f"JOIN (SELECT k, max(cutoff) AS until FROM {q} GROUP BY k) u ON u.k = {c}.{fkc} AND {c}.__t <= u.until"
+
+        keys = f"SELECT c.{fkc} AS k, c.__ord, c.__t, c.__time FROM {bc} c {until('c')}"
         if need and ag.node.key not in self.statics:  # the child's own features, once per row
             qs = self.new("q")
             self.views.add(qs)
@@ -325,14 +331,17 @@ class _Compiler:
             self.emit(f"rows {child.name}", f"CREATE TEMP VIEW {qs} AS SELECT __rid AS qid, __rid AS k, "
                                             f"{T_MAX} AS cutoff, * FROM {bc}")
             self.statics[ag.node.key] = self.relation(ag.node, qs, view=True)[0]
-        statics = self.statics.get(ag.node.key)
-        uses |= {statics} if need else set()
         run = self.new("run")
         dtypes = {i: ag.node.features[i].dtype for i in need}
 
-        def values(group: list[int], statics=statics, until=until) -> str:
-            return (f"SELECT c.__ord, {', '.join(f'r.c{i} AS x{i}' for i in group)} "
-                    f"FROM {bc} c JOIN {statics} r ON r.k = c.__rid {until}")
+        def values(group: list[int], layout=self.layouts.get(self.statics.get(ag.node.key))) -> str:
+            """The rows' features ``group``, joining only the lookups they come through."""
+            src, sel, joins, join_of = layout  # the per-row relation's FROM is its rows, aliased b
+            through = sorted({join_of[i] for i in group if join_of[i] is not None})
+            return (f"SELECT b.__ord, {', '.join(f'{sel[i]} AS x{i}' for i in group)} FROM {src} "
+                    f"{' '.join(joins[j] for j in through)} {until('b')}")
+
+        uses = {q, bc} | (set(_TEMP.findall(values(list(need)))) if need else set())
 
         def scan(con, keys=keys, values=values, run=run, need=need, dtypes=dtypes, q=q, real=real):
             rows = _sorted_rows(con, keys)
