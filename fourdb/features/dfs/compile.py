@@ -285,22 +285,33 @@ class _Compiler:
             sub = self.assemble(lk.node, ql)
             parts.append(lambda idx, link=link, sub=sub: sub(_compose(self.fetched.pop(link), idx)))
         for ag in node.aggs:
-            fa = self.fetch(f"aggregate {ag.label}", self.aggregate(ag, q, cast=True))
-            parts.append(lambda idx, fa=fa: _gather(self.fetched.pop(fa), idx))
+            if self.runs(ag):  # its frame already holds the seed-level outputs: no pass through DuckDB
+                run = self.running_aggregate(ag, q, np.float32)[2]
+                parts.append(lambda idx, run=run: _gather(self.let_go(run), idx))
+            else:
+                fa = self.fetch(f"aggregate {ag.label}", self.aggregate(ag, q, cast=True))
+                parts.append(lambda idx, fa=fa: _gather(self.fetched.pop(fa), idx))
         return lambda idx: [col for part in parts for col in part(idx)]
+
+    def let_go(self, frame: str) -> pa.Table:
+        """A running frame, unregistered: it is freed once its caller lets go of it."""
+        self.con.unregister(frame)
+        return self.frames.pop(frame)
 
     # -- aggregates: a SELECT of (qid, k, cutoff, c0..cm) for every row of q -------------------------
     def aggregate(self, ag: Agg, q: str, cast: bool) -> str:
-        if not ag.node.has_aggs and self.lookups_safe(ag.node):
-            sql = self.running_aggregate(ag, q, np.float32 if cast else np.float64)
-        else:
-            sql = self.joined_aggregate(ag, q)
+        sql = self.running_aggregate(ag, q, np.float32 if cast else np.float64) if self.runs(ag) else \
+            self.joined_aggregate(ag, q)
         exprs = sql[1]
         outs = []
         for m, ((p, i), e) in enumerate(zip(ag.outputs, exprs)):
             numeric = _agg_dtype(p, None if i is None else ag.node.features[i].dtype) == "numeric"
             outs.append(f"CAST({e} AS FLOAT) AS c{m}" if cast and numeric else f"{e} AS c{m}")
         return sql[0].format(outs=", ".join(outs))
+
+    def runs(self, ag: Agg) -> bool:
+        """Whether ``ag`` is a running aggregate: its child's features are fixed per row."""
+        return not ag.node.has_aggs and self.lookups_safe(ag.node)
 
     @staticmethod
     def _inputs(ag: Agg) -> dict[int, set[str]]:
@@ -310,11 +321,12 @@ class _Compiler:
                 need.setdefault(i, set()).add(p)
         return need
 
-    def running_aggregate(self, ag: Agg, q: str, real=np.float64) -> tuple[str, list[str]]:
+    def running_aggregate(self, ag: Agg, q: str, real=np.float64) -> tuple[str, list[str], str]:
         """Prefix aggregates of the child's rows per parent in time order (one sort, then vectorized
         scans), and an ASOF join that picks for each (parent, cutoff) the state after its last row.
         Only the children of parents in ``q``, up to their latest cutoff, are scanned. Numeric outputs
-        are of type ``real``."""
+        are of type ``real``. Returns the SELECT, its output expressions and the name of the frame
+        (``qid``, ``c{m}``) the scan registers."""
         child = self.schema.table(ag.child)
         need = self._inputs(ag)
         bc = self.bases[child.name]
@@ -356,12 +368,12 @@ class _Compiler:
             out = _prefix_scan(k, _numpy(rows, "__time", "datetime64[ns]"), columns, need, dtypes, pos, ag.outputs,
                                cutoff, real)
             del rows, columns
-            self.frames[run] = pa.table({"qid": queries.column("qid"), **out})
+            self.frames[run] = pa.table({"qid": queries.column("qid"), **{f"c{m}": out[f"c{m}"] for m in range(len(out))}})
             con.register(run, self.frames[run])
 
         self.emit(f"running {ag.label} per {ag.fk}", scan, uses=uses)
-        exprs = [f"r.o{m}" for m in range(len(ag.outputs))]  # every query of q has its row in run
-        return (f"SELECT m.qid, m.k, m.cutoff, {{outs}} FROM {q} m LEFT JOIN {run} r ON r.qid = m.qid", exprs)
+        exprs = [f"r.c{m}" for m in range(len(ag.outputs))]  # every query of q has its row in run
+        return (f"SELECT m.qid, m.k, m.cutoff, {{outs}} FROM {q} m LEFT JOIN {run} r ON r.qid = m.qid", exprs, run)
 
     def joined_aggregate(self, ag: Agg, q: str) -> tuple[str, list[str]]:
         """The child's visible rows per (parent, cutoff), with their cutoff-dependent features, grouped."""

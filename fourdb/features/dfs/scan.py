@@ -41,10 +41,14 @@ def _positions(table: pa.Table, idx: np.ndarray) -> pa.Array:
 
 
 def _gather(table: pa.Table, idx: np.ndarray) -> list[pa.Array]:
+    """The columns ``c{m}`` at the rows of the wanted qids; category codes as their values, as SQL gives them."""
     pos = _positions(table, idx)
     names = [n for n in table.column_names if n.startswith("c") and n[1:].isdigit()]
-    return [table.column(n).take(pos).combine_chunks() if table.num_rows else
-            pa.nulls(len(idx), table.column(n).type) for n in names]
+    out = []
+    for n in names:
+        col = table.column(n).take(pos).combine_chunks() if table.num_rows else pa.nulls(len(idx), table.column(n).type)
+        out.append(col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col)
+    return out
 
 
 def _compose(link: pa.Table, idx: np.ndarray) -> np.ndarray:
@@ -115,7 +119,7 @@ def _prefix_scan(k: np.ndarray, tl: np.ndarray, column: Callable, need: dict[int
     float64 (NaN: missing) or category codes and their dictionary, asked for once each, in the order of
     ``need``; ``cutoff`` is each query's, in ns; ``real``: the type of numeric outputs. Every scan is exact per group: nothing carries over
     from one parent's rows to the next. Each output is made as soon as its states are, and the states
-    let go, so the states of all outputs are never held at once. Returns Arrow arrays ``o{m}`` for
+    let go, so the states of all outputs are never held at once. Returns Arrow arrays ``c{m}`` for
     output m, one entry per query."""
     n = len(k)
     gid, start = _segments(k)
@@ -137,7 +141,7 @@ def _prefix_scan(k: np.ndarray, tl: np.ndarray, column: Callable, need: dict[int
         ready = [(m, o) for m, o in waiting if all(x in states for x in _states_of(*o))]
         if ready:
             for m, (p, i) in ready:
-                out[f"o{m}"] = _running_output(p, i, states, cutoff, real)
+                out[f"c{m}"] = _running_output(p, i, states, cutoff, real)
             waiting = [w for w in waiting if w not in ready]
             wanted = {x for _, o in waiting for x in _states_of(*o)}
             for x in [x for x in states if x not in wanted]:
