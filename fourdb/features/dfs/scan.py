@@ -75,6 +75,12 @@ def _arrow(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     return rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
 
 
+def _batches(con: duckdb.DuckDBPyConnection, sql: str) -> pa.RecordBatchReader:
+    """The rows of ``sql`` as a stream of Arrow batches of ``_BATCH_ROWS``."""
+    rel = con.sql(sql)
+    return rel.to_arrow_reader(_BATCH_ROWS) if hasattr(rel, "to_arrow_reader") else rel.fetch_record_batch(_BATCH_ROWS)
+
+
 def _numpy(table: pa.Table, name: str, dtype=None) -> np.ndarray:
     out = table.column(name).to_numpy(zero_copy_only=False)
     return out if dtype is None else out.astype(dtype)
@@ -295,7 +301,7 @@ class _Columns:
                 self.ready[j] = np.empty(self.n)
             texts, places = {j: [] for j in group if j not in numeric}, []
             # batch by batch, each let go once its values are in place: DuckDB's Arrow batches are freed whole
-            for batch in self.con.sql(self.sql(group)).fetch_record_batch(_BATCH_ROWS):
+            for batch in _batches(self.con, self.sql(group)):
                 dest = self.by_ord[np.searchsorted(self.ords, batch.column("__ord").to_numpy())]
                 for j in numeric:
                     self.ready[j][dest] = batch.column(f"x{j}").to_numpy(zero_copy_only=False)
