@@ -104,8 +104,8 @@ def side_fourdb(work: Path, threads: int) -> None:
     feats = compute_dfs(db, spec["table"], seeds, depth=spec["depth"], primitives=spec["primitives"],
                         hidden=spec.get("hidden", []), progress=False, threads=threads)
     seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
-    out = {"seconds": seconds, "cpu_s": cpu, "load_s": load_s, **mem.report(), "session_mb": session_mb, "rows": len(feats),
-           "features": feats.shape[1]}
+    out = {"seconds": seconds, "cpu_s": cpu, "load_s": load_s, **mem.report(), "session_mb": session_mb,
+           "rows": len(feats), "features": feats.shape[1]}
     if spec.get("write", True):
         feats.to_parquet(work / "fourdb.parquet", index=False)
     (work / f"fourdb-{threads}.json").write_text(json.dumps(out))

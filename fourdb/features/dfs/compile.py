@@ -16,8 +16,8 @@ import pandas as pd
 import pyarrow as pa
 
 from fourdb.features.dfs.plan import Agg, Lookup, Node, _agg_dtype
-from fourdb.features.dfs.scan import (NS_PER_DAY, _arrow, _Columns, _compose, _gather, _numpy, _prefix_scan, _sorted_rows,
-                                      _time_order, asof_positions)
+from fourdb.features.dfs.scan import (NS_PER_DAY, _arrow, _Columns, _compose, _gather, _numpy, _prefix_scan,
+                                      _sorted_rows, _time_order, asof_positions)
 from fourdb.rdb import Database
 from fourdb.rdb.schema import Table
 
@@ -333,7 +333,8 @@ class _Compiler:
         fkc = self.fk(child, ag.fk)
         # rows after a parent's latest cutoff never reach a query: they are left out of the scan
         def until(c: str) -> str:
-            return f"JOIN (SELECT k, max(cutoff) AS until FROM {q} GROUP BY k) u ON u.k = {c}.{fkc} AND {c}.__t <= u.until"
+            return (f"JOIN (SELECT k, max(cutoff) AS until FROM {q} GROUP BY k) u "
+                    f"ON u.k = {c}.{fkc} AND {c}.__t <= u.until")
 
         keys = f"SELECT c.{fkc} AS k, c.__ord, c.__t, c.__time FROM {bc} c {until('c')}"
         if need and ag.node.key not in self.statics:  # the child's own features, once per row
@@ -368,7 +369,8 @@ class _Compiler:
             out = _prefix_scan(k, _numpy(rows, "__time", "datetime64[ns]"), columns, need, dtypes, pos, ag.outputs,
                                cutoff, real)
             del rows, columns
-            self.frames[run] = pa.table({"qid": queries.column("qid"), **{f"c{m}": out[f"c{m}"] for m in range(len(out))}})
+            ordered = {f"c{m}": out[f"c{m}"] for m in range(len(out))}  # out is in the order outputs were made
+            self.frames[run] = pa.table({"qid": queries.column("qid"), **ordered})
             con.register(run, self.frames[run])
 
         self.emit(f"running {ag.label} per {ag.fk}", scan, uses=uses)

@@ -123,10 +123,10 @@ def _prefix_scan(k: np.ndarray, tl: np.ndarray, column: Callable, need: dict[int
     sums of squares, min, max, last value, number of distinct values, mode, first and last time.
     ``k`` and ``tl`` (the rows' time) are in that order, and ``column(i)`` gives feature ``i`` in it:
     float64 (NaN: missing) or category codes and their dictionary, asked for once each, in the order of
-    ``need``; ``cutoff`` is each query's, in ns; ``real``: the type of numeric outputs. Every scan is exact per group: nothing carries over
-    from one parent's rows to the next. Each output is made as soon as its states are, and the states
-    let go, so the states of all outputs are never held at once. Returns Arrow arrays ``c{m}`` for
-    output m, one entry per query."""
+    ``need``; ``cutoff`` is each query's, in ns; ``real``: the type of numeric outputs. Every scan is
+    exact per group: nothing carries over from one parent's rows to the next. Each output is made as
+    soon as its states are, and the states let go, so the states of all outputs are never held at once.
+    Returns Arrow arrays ``c{m}`` for output m, one entry per query."""
     n = len(k)
     gid, start = _segments(k)
     idx = np.arange(n)
