@@ -12,7 +12,7 @@ from fourdb.errors import FourdbError
 from fourdb.features import columns
 from fourdb.features.columns import TableEncoder
 from fourdb.graph import build_graph
-from fourdb.graph.build import RowLookup
+from fourdb.rdb.database import RowLookup
 from fourdb.rdb import Database
 from fourdb.rdb.database import _coerce_column
 from fourdb.utils import duckdb_connect

@@ -25,7 +25,7 @@ import torch
 from fourdb.registry import Registry
 from fourdb.features.columns import EncodedTable, TableEncoder
 from fourdb.rdb import Database
-from fourdb.rdb.database import ascending_integers
+from fourdb.rdb.database import RowLookup
 from fourdb.utils import to_epoch_ns
 
 ALWAYS = np.iinfo(np.int64).min
@@ -187,28 +187,3 @@ def _share_times(feats: EncodedTable, times: np.ndarray) -> EncodedTable:
 def _same_or(new: np.ndarray, old: np.ndarray) -> np.ndarray:
     """``old`` where it holds the same values as ``new``: one array in memory where edge times equal row times."""
     return old if new.shape == old.shape and np.array_equal(new, old) else new
-
-
-class RowLookup:
-    """Row positions of key values (-1 where a value is missing or unknown). Integer keys that ascend
-    densely are looked up in an array, in one pass; any other keys through a hash index."""
-
-    def __init__(self, keys: pd.Series):
-        self.keys, self.table, self.index = keys, None, None  # the hash index is made when first needed
-        if ascending_integers(keys):
-            v = keys.to_numpy()
-            self.low, span = int(v[0]), int(v[-1]) - int(v[0]) + 1
-            if span <= 2 * len(v):
-                self.table = np.full(span, -1, np.int64)
-                self.table[v - self.low] = np.arange(len(v))
-
-    def __call__(self, values: pd.Series) -> np.ndarray:
-        if self.table is None or not (isinstance(values.dtype, np.dtype) and values.dtype.kind in "iu"):
-            if self.index is None:
-                self.index = pd.Index(self.keys)
-            return self.index.get_indexer(values)
-        at = values.to_numpy().astype(np.int64, copy=False) - self.low
-        inside = (at >= 0) & (at < len(self.table))
-        if inside.all():
-            return self.table[at]
-        return np.where(inside, self.table[np.where(inside, at, 0)], -1)

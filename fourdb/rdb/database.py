@@ -63,6 +63,31 @@ def ascending_integers(values: pd.Series) -> bool:
     return bool((v[1:] > v[:-1]).all())
 
 
+class RowLookup:
+    """Row positions of key values (-1 where a value is missing or unknown). Integer keys that ascend
+    densely are looked up in an array, in one pass; any other keys through a hash index."""
+
+    def __init__(self, keys: pd.Series):
+        self.keys, self.table, self.index = keys, None, None  # the hash index is made when first needed
+        if ascending_integers(keys):
+            v = keys.to_numpy()
+            self.low, span = int(v[0]), int(v[-1]) - int(v[0]) + 1
+            if span <= 2 * len(v):
+                self.table = np.full(span, -1, np.int64)
+                self.table[v - self.low] = np.arange(len(v))
+
+    def __call__(self, values: pd.Series) -> np.ndarray:
+        if self.table is None or not (isinstance(values.dtype, np.dtype) and values.dtype.kind in "iu"):
+            if self.index is None:
+                self.index = pd.Index(self.keys)
+            return self.index.get_indexer(values)
+        at = values.to_numpy().astype(np.int64, copy=False) - self.low
+        inside = (at >= 0) & (at < len(self.table))
+        if inside.all():
+            return self.table[at]
+        return np.where(inside, self.table[np.where(inside, at, 0)], -1)
+
+
 def _coerce_column(table: Table, name: str, dtype: str, values: pd.Series) -> pd.Series:
     """Convert a raw column to its declared dtype, or raise naming the first value that does not fit."""
     where = f"table '{table.name}', column '{name}'"

@@ -28,6 +28,7 @@ import pandas as pd
 
 from fourdb.errors import TaskError
 from fourdb.rdb import Database
+from fourdb.rdb.database import RowLookup
 from fourdb.rdb.schema import Schema, Table
 from fourdb.tasks.spec import TaskSpec, find_task
 
@@ -250,7 +251,7 @@ def _has_duplicate_seeds(frame: pd.DataFrame) -> bool:
 
 def _rows(db: Database, table: str, keys) -> np.ndarray:
     """Row numbers of ``keys`` in ``table`` (-1: not a key)."""
-    return pd.Index(db.tables[table][db.schema.table(table).primary_key]).get_indexer(keys)
+    return RowLookup(db.tables[table][db.schema.table(table).primary_key])(keys)
 
 
 def _materialize_window(spec: TaskSpec, db: Database, pk: str) -> pd.DataFrame:
