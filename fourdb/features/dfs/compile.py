@@ -56,8 +56,7 @@ class _Compiler:
         self.relations: dict[tuple[str, str], tuple[str, int]] = {}
         self.views: set[str] = set()
         self.per_row: set[str] = set()  # query sets that are every row of their table, cutoff-free
-        self.statics: dict[str, str] = {}  # child node -> relation of its rows' own features
-        self.layouts: dict[str, tuple] = {}  # relation -> (FROM, column expressions, joins, join of each column)
+        self.statics: dict[str, tuple] = {}  # child node -> layout of its rows' own features, once per row
         self.safe: dict[tuple[str, str], bool] = {}
         self.frames: dict[str, pa.Table] = {}  # running-state tables registered with DuckDB
         self.fetched: dict[str, pa.Table] = {}  # seed-level results, gathered at the end
@@ -175,11 +174,10 @@ class _Compiler:
             frame = self.sources[name]
             for col, sql in parents.items():
                 found = _arrow(con, sql)
-                rid = np.zeros(len(frame), dtype=np.int64)
-                rid[_numpy(found, "__rid", np.int64)] = _numpy(found, "p", np.int64)
-                missing = np.ones(len(frame), dtype=bool)
-                missing[_numpy(found, "__rid", np.int64)] = False
-                del found
+                child = _numpy(found, "__rid", np.int64)
+                rid, missing = np.zeros(len(frame), dtype=np.int64), np.ones(len(frame), dtype=bool)
+                rid[child], missing[child] = _numpy(found, "p", np.int64), False
+                del found, child
                 frame[col] = pd.arrays.IntegerArray(rid, missing)
             con.register(self.src(name), frame)
             con.execute(view)
@@ -233,16 +231,27 @@ class _Compiler:
         return all(self.edge_safe(node.table, lk.fk) and self.lookups_safe(lk.node) for lk in node.lookups)
 
     # -- relations below an aggregate: SQL tables (qid, k, cutoff, c0..cn) --------------------------
-    def relation(self, node: Node, q: str, view: bool = False) -> tuple[str, int]:
-        """``view``: a view rather than a table, for a relation read once (a child's rows for a scan)."""
+    def relation(self, node: Node, q: str) -> tuple[str, int]:
+        """A table of ``node``'s features for the query rows ``q`` (made once per node and query set)."""
         memo = (node.key, q)
-        if memo in self.relations:
-            return self.relations[memo]
+        if memo not in self.relations:
+            src, qa, sel, joins, _ = self.layout(node, q)
+            r = self.new("r")
+            cols = [f"{qa}.qid", f"{qa}.k", f"{qa}.cutoff"] + [f"{e} AS c{m}" for m, e in enumerate(sel)]
+            self.emit(f"features {self.schema.table(node.table).name}",
+                      f"CREATE TEMP TABLE {r} AS SELECT {', '.join(cols)} FROM {src} {' '.join(joins)}")
+            self.relations[memo] = (r, len(sel))
+        return self.relations[memo]
+
+    def layout(self, node: Node, q: str) -> tuple[str, str, list[str], list[str], list[int | None]]:
+        """How ``node``'s features for the query rows ``q`` are selected: the FROM of its rows (aliased b)
+        and the alias of (qid, k, cutoff) there (``rows``), each feature's expression, the joins they come
+        through, and the join of each feature (None: the row's own column). The lookups and aggregates
+        below it are made as steps."""
         t = self.schema.table(node.table)
-        b = self.bases[t.name]
-        src, qa = self.rows(q, b)
+        src, qa = self.rows(q, self.bases[t.name])
         sel, joins = [f"b.{self.col(t, c)}" for c in node.own], []
-        join_of = [None] * len(sel)  # the join each column comes through (None: the row's own)
+        join_of = [None] * len(sel)
         for li, lk in enumerate(node.lookups):
             ql = self.lookup_query(t, lk, q)
             rl, n = self.relation(lk.node, ql)
@@ -255,15 +264,7 @@ class _Compiler:
             joins.append(f"LEFT JOIN {ra} a{ai} ON a{ai}.qid = {qa}.qid")
             sel += [f"a{ai}.c{m}" for m in range(len(ag.outputs))]
             join_of += [len(joins) - 1] * len(ag.outputs)
-        r = self.new("r")
-        self.layouts[r] = (src, sel, joins, join_of)
-        cols = [f"{qa}.qid", f"{qa}.k", f"{qa}.cutoff"] + [f"{e} AS c{m}" for m, e in enumerate(sel)]
-        if view:
-            self.views.add(r)
-        self.emit(f"features {t.name}", f"CREATE TEMP {'VIEW' if view else 'TABLE'} {r} AS SELECT {', '.join(cols)} "
-                                        f"FROM {src} {' '.join(joins)}")
-        self.relations[memo] = (r, len(sel))
-        return r, len(sel)
+        return src, qa, sel, joins, join_of
 
     # -- the seed's tree: fetched once, gathered at the end ------------------------------------------
     def assemble(self, node: Node, q: str) -> Callable[[np.ndarray], list[pa.Array]]:
@@ -343,13 +344,13 @@ class _Compiler:
             self.per_row.add(qs)
             self.emit(f"rows {child.name}", f"CREATE TEMP VIEW {qs} AS SELECT __rid AS qid, __rid AS k, "
                                             f"{T_MAX} AS cutoff, * FROM {bc}")
-            self.statics[ag.node.key] = self.relation(ag.node, qs, view=True)[0]
+            self.statics[ag.node.key] = self.layout(ag.node, qs)
         run = self.new("run")
         dtypes = {i: ag.node.features[i].dtype for i in need}
 
-        def values(group: list[int], layout=self.layouts.get(self.statics.get(ag.node.key))) -> str:
+        def values(group: list[int], layout=self.statics.get(ag.node.key)) -> str:
             """The rows' features ``group``, joining only the lookups they come through."""
-            src, sel, joins, join_of = layout  # the per-row relation's FROM is its rows, aliased b
+            src, _, sel, joins, join_of = layout  # per row: the FROM is the child's rows, aliased b
             through = sorted({join_of[i] for i in group if join_of[i] is not None})
             return (f"SELECT b.__ord, {', '.join(f'{sel[i]} AS x{i}' for i in group)} FROM {src} "
                     f"{' '.join(joins[j] for j in through)} {until('b')}")
