@@ -19,6 +19,7 @@ from fourdb.features.dfs.plan import Agg, Lookup, Node, _agg_dtype
 from fourdb.features.dfs.scan import (NS_PER_DAY, _arrow, _Columns, _compose, _gather, _numpy, _prefix_scan,
                                       _sorted_rows, _time_order, asof_positions)
 from fourdb.rdb import Database
+from fourdb.rdb.database import RowLookup
 from fourdb.rdb.schema import Table
 
 T_MIN = "TIMESTAMP_NS '1678-01-01 00:00:00'"  # a row without time: always visible
@@ -53,6 +54,10 @@ class _Compiler:
         self.n = 0
         self.bases: dict[str, str] = {}  # table -> its base view
         self.sources: dict[str, pd.DataFrame] = {}  # table -> the frame its base view reads
+        self.key_rows: dict[str, RowLookup] = {}  # table -> row of each primary key value
+        self.parents: dict[tuple[str, str], pd.arrays.IntegerArray] = {}  # (table, fk) -> parent row ids
+        # row ids, time ranks and parent row ids as int32 where every table's rows fit (half the memory)
+        self.ids = np.int32 if max([len(db.tables[t]) for t in tables] + [0]) < np.iinfo(np.int32).max else np.int64
         self.relations: dict[tuple[str, str], tuple[str, int]] = {}
         self.views: set[str] = set()
         self.per_row: set[str] = set()  # query sets that are every row of their table, cutoff-free
@@ -134,7 +139,7 @@ class _Compiler:
                     if c.dtype in ("numeric", "category", "primary_key", "foreign_key") or c.name == t.time_column]
             # DuckDB scans the database's own columns in place: renamed, not copied
             frame = {f"v{i}": df[t.columns[i].name] for i in keep}
-            frame |= {"__rid": np.arange(len(df), dtype=np.int64), "__ord": _time_order(df, t)}
+            frame |= {"__rid": np.arange(len(df), dtype=self.ids), "__ord": _time_order(df, t, self.ids)}
             self.sources[tname] = pd.DataFrame(frame, copy=False)
             self.con.register(self.src(tname), self.sources[tname])
         for i, tname in enumerate(sorted(self.tables)):
@@ -148,8 +153,8 @@ class _Compiler:
 
     def base(self, t: Table) -> None:
         """A view of the table with typed columns, time, time order and parent row ids. The view reads the
-        registered frame in place, so that no table is copied; the parent row ids, a join to compute, are
-        computed once into the frame."""
+        registered frame in place, so that no table is copied; the parent row ids are looked up once into
+        the frame, as the graph looks them up (``RowLookup``)."""
         time_expr = f"CAST(s.{self.col(t, t.time_column)} AS TIMESTAMP_NS)" if t.time_column else "NULL::TIMESTAMP_NS"
         sel = ["s.__rid", f"{time_expr} AS __time", f"coalesce({time_expr}, {T_MIN}) AS __t", "s.__ord"]
         parents = {}
@@ -159,30 +164,28 @@ class _Compiler:
             elif c.dtype == "category":
                 sel.append(f"CAST(s.v{i} AS VARCHAR) AS v{i}")
             elif c.dtype == "foreign_key" and c.link_table in self.tables:
-                parent = self.schema.table(c.link_table)
-                pk = f"v{parent.column_names.index(parent.primary_key)}"
-                same_kind = (pd.api.types.is_integer_dtype(self.db.tables[t.name][c.name])
-                             == pd.api.types.is_integer_dtype(self.db.tables[parent.name][parent.primary_key]))
-                left, right = (f"s.v{i}", f"j.{pk}") if same_kind else \
-                    (f"CAST(s.v{i} AS VARCHAR)", f"CAST(j.{pk} AS VARCHAR)")
-                parents[f"p{i}"] = f"SELECT s.__rid, j.__rid AS p FROM {self.src(t.name)} s " \
-                                   f"JOIN {self.src(parent.name)} j ON {left} = {right}"
+                parents[f"p{i}"] = c.name
                 sel.append(f"s.p{i}")
         view = f"CREATE TEMP VIEW {self.bases[t.name]} AS SELECT {', '.join(sel)} FROM {self.src(t.name)} s"
 
         def run(con, name=t.name, parents=parents, view=view):
             frame = self.sources[name]
-            for col, sql in parents.items():
-                found = _arrow(con, sql)
-                child = _numpy(found, "__rid", np.int64)
-                rid, missing = np.zeros(len(frame), dtype=np.int64), np.ones(len(frame), dtype=bool)
-                rid[child], missing[child] = _numpy(found, "p", np.int64), False
-                del found, child
-                frame[col] = pd.arrays.IntegerArray(rid, missing)
+            for col, fk in parents.items():
+                frame[col] = self.parent_ids(name, fk)
             con.register(self.src(name), frame)
             con.execute(view)
 
         self.emit(f"table {t.name}", run)
+
+    def parent_ids(self, table: str, fk: str) -> pd.arrays.IntegerArray:
+        """Each row's parent row through ``fk`` (missing: no parent), looked up once."""
+        if (table, fk) not in self.parents:
+            parent = self.schema.table(self.schema.table(table).column(fk).link_table)
+            if parent.name not in self.key_rows:
+                self.key_rows[parent.name] = RowLookup(self.db.tables[parent.name][parent.primary_key])
+            rows = self.key_rows[parent.name](self.db.tables[table][fk])
+            self.parents[(table, fk)] = pd.arrays.IntegerArray(rows.astype(self.ids), rows < 0)
+        return self.parents[(table, fk)]
 
     def query(self, desc: str, select: str) -> str:
         """A query set: distinct (k, cutoff) rows numbered by ``qid``."""
@@ -219,11 +222,11 @@ class _Compiler:
             elif t.time_column is None:
                 ok = False
             else:
-                ptime = self.db.tables[parent.name].set_index(parent.primary_key)[parent.time_column]
-                child = self.db.tables[table]
-                looked = child[fk].map(ptime)
-                ctime = child[t.time_column]
-                ok = not bool(((looked > ctime) | (ctime.isna() & looked.notna())).any())
+                rows = self.parent_ids(table, fk).to_numpy(dtype=np.int64, na_value=-1)
+                looked = self.db.tables[parent.name][parent.time_column].to_numpy("datetime64[ns]")[rows]
+                looked[rows < 0] = np.datetime64("NaT")
+                ctime = self.db.tables[table][t.time_column].to_numpy("datetime64[ns]")
+                ok = not bool(((looked > ctime) | (np.isnat(ctime) & ~np.isnat(looked))).any())
             self.safe[key] = ok
         return self.safe[key]
 

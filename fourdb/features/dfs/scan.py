@@ -20,13 +20,15 @@ from fourdb.rdb.schema import Table
 NS_PER_DAY = 86400e9
 
 
-def _time_order(df: pd.DataFrame, t: Table) -> np.ndarray:
+def _time_order(df: pd.DataFrame, t: Table, dtype=np.int64) -> np.ndarray:
     """Each row's rank (from 1) by (time, row number), rows without time first: numbered here rather
     than by a window in SQL, which would sort every column of the table along with the time."""
     # NaT is the smallest time; a table without time is in row order
-    ns = df[t.time_column].to_numpy(dtype="datetime64[ns]").view(np.int64) if t.time_column else np.zeros(len(df))
-    rank = np.empty(len(df), dtype=np.int64)
-    rank[np.argsort(ns, kind="stable")] = np.arange(1, len(df) + 1)
+    if t.time_column is None:
+        return np.arange(1, len(df) + 1, dtype=dtype)
+    rank = np.empty(len(df), dtype=dtype)
+    rank[np.argsort(df[t.time_column].to_numpy(dtype="datetime64[ns]").view(np.int64), kind="stable")] = \
+        np.arange(1, len(df) + 1, dtype=dtype)
     return rank
 
 
