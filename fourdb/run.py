@@ -20,7 +20,7 @@ from fourdb.engine import ddp
 from fourdb.launch import PLAN_ENV
 from fourdb.engine.data import GraphData
 from fourdb.inputs import (SPLITS, graph_engine, graph_inputs, graph_label, inputs_key, log_columns,  # noqa: F401
-                           run_inputs, shared_folder, subsample, table_inputs)
+                           run_inputs, shared_folder, subsample)
 from fourdb.models import TaskInfo, create_model
 from fourdb.rdb.fingerprint import database_fingerprint
 from fourdb.tasks import find_task, materialize

@@ -111,12 +111,21 @@ def stable_hash(*parts, length: int = 16) -> str:
 NS_PER_DAY = 86400 * 10**9
 
 
+def positions_in_runs(sizes) -> np.ndarray:
+    """Each item's position in its run (0, 1, ...), for runs of ``sizes`` items laid end to end."""
+    sizes = np.asarray(sizes, np.int64)
+    return np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+
+
+def naive_utc(s: pd.Series) -> pd.Series:
+    """Datetimes with a time zone as naive UTC; naive ones as they are."""
+    return s.dt.tz_convert("UTC").dt.tz_localize(None) if getattr(s.dt, "tz", None) is not None else s
+
+
 def to_epoch_ns(values) -> np.ndarray:
     """Datetimes to int64 nanoseconds since 1970, the data's full resolution (a row 1 us after a cutoff
     stays after it); missing values become INT64 min ("always known")."""
-    s = pd.to_datetime(pd.Series(values), errors="coerce")
-    if getattr(s.dt, "tz", None) is not None:
-        s = s.dt.tz_convert("UTC").dt.tz_localize(None)
+    s = naive_utc(pd.to_datetime(pd.Series(values), errors="coerce"))
     out = s.astype("datetime64[ns]").to_numpy().view(np.int64).copy()
     out[s.isna().to_numpy()] = np.iinfo(np.int64).min
     return out

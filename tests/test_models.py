@@ -250,3 +250,28 @@ def test_optuna_sweep_runs_trials_and_reports_best(tmp_path):
     assert "Directions: ['maximize']" in p.stderr + p.stdout
     assert "Best value" in p.stderr + p.stdout
     assert len(list(sweep.glob("*/record.json"))) == 2
+
+
+def test_gbdt_predicts_a_block_of_rows_at_a_time_as_it_would_all_at_once(monkeypatch):
+    """GBDT predicts a wide split (a recommendation task's pairs) a block of rows at a time, so that its
+    float64 copy stays small; the predictions equal one pass over every row."""
+    from fourdb.features.base import TableData
+    from fourdb.features.columns import EncodedTable
+    from fourdb.models import gbdt
+
+    rng = np.random.default_rng(0)
+
+    def split(n):
+        x = rng.normal(size=(n, 3)).astype(np.float32)
+        codes = rng.integers(1, 4, (n, 1))
+        return EncodedTable(x, codes, [4], ["a", "b", "c"], ["k"]), (x[:, 0] + (codes[:, 0] == 2) > 0.5).astype(np.int64)
+
+    (train, y), (val, yv), (test, _) = split(300), split(100), split(53)
+    data = TableData({"train": train, "val": val, "test": test}, {"train": y, "val": yv})
+    model = create_model("gbdt", TaskInfo("binary", 2, "auroc"), seed=0, max_iter=20).fit(data)
+    whole = model.predict(data, "test")
+    monkeypatch.setattr(gbdt, "_BLOCK_ROWS", 10)
+    blocks = model.predict(data, "test")
+    assert blocks.shape == (53,) and 0.0 < blocks.std()
+    np.testing.assert_array_equal(blocks, whole)
+

@@ -354,3 +354,28 @@ def test_the_candidate_protocol_equals_4dbinfers_mrr_from_its_files(tmp_path, mo
     assert record["metrics"]["test"]["mrr"] == pytest.approx(want, abs=1e-12)
     if model == "repeat":  # a user's favourites: far better than a random order of 10 candidates (0.29)
         assert want > 0.45
+
+
+def test_a_pair_table_filled_a_block_at_a_time_is_its_parts_rows_side_by_side(monkeypatch):
+    """A pair table is filled in place, a few pairs at a time (here 7): each pair's row is its seed's row,
+    its candidate's row and its own history row, as gathering and concatenating them gives."""
+    from fourdb.features import pairs
+    from fourdb.features.columns import EncodedTable
+
+    rng = np.random.default_rng(0)
+
+    def table(rows, numeric, categorical, name):
+        return EncodedTable(rng.normal(size=(rows, numeric)).astype(np.float32), rng.integers(0, 9, (rows, categorical)),
+                            [9] * categorical, [f"{name}{i}" for i in range(numeric)],
+                            [f"{name}c{i}" for i in range(categorical)])
+
+    source, dest, history = table(30, 4, 2, "s"), table(12, 3, 0, "d"), table(50, 5, 1, "h")
+    seed, where = rng.integers(0, 30, 50), rng.integers(0, 12, 50)
+    monkeypatch.setattr(pairs, "_BLOCK_ROWS", 7)
+    got = pairs._side_by_side([(source, seed, "source."), (dest, where, "destination."), (history, None, "")])
+    parts = [(source, seed), (dest, where), (history, np.arange(50))]
+    np.testing.assert_array_equal(got.numeric, np.concatenate([t.numeric[r] for t, r in parts], 1))
+    np.testing.assert_array_equal(got.categorical, np.concatenate([t.categorical[r] for t, r in parts], 1))
+    assert got.numeric.dtype == np.float32 and got.cardinalities == [9, 9, 9]
+    assert got.numeric_names[:5] == ["source.s0", "source.s1", "source.s2", "source.s3", "destination.d0"]
+    assert got.categorical_names == ["source.sc0", "source.sc1", "hc0"]

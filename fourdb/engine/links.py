@@ -26,6 +26,7 @@ from fourdb.engine.pipeline import prefetch
 from fourdb.engine.source import GraphSource
 from fourdb.engine.timing import to_device
 from fourdb.features.interactions import CHUNK, RecData, only
+from fourdb.utils import positions_in_runs
 
 EVAL_SEED = 12345
 
@@ -175,7 +176,7 @@ class IdentitySource(RecSource):
         count = np.bincount(group, minlength=len(idx))
         order = np.argsort(group, kind="stable")
         slot = np.empty(len(group), np.int64)
-        slot[order] = np.arange(len(group)) - (np.cumsum(count) - count)[group[order]]
+        slot[order] = positions_in_runs(count)  # the seeds' rows in seed order, each run one seed's
         index = torch.from_numpy(np.stack([group, slot]))
         return (block, feats, index, len(idx), int(count.max(initial=0))), (group, rows)
 

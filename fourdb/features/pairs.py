@@ -20,6 +20,7 @@ from fourdb.features.columns import EncodedTable
 from fourdb.features.interactions import RecData, repeat_score
 from fourdb.rdb import Database
 from fourdb.tasks import Task
+from fourdb.utils import positions_in_runs
 
 MIN_CANDIDATES = 50
 
@@ -48,8 +49,8 @@ def pair_data(data: RecData, db: Database, task: Task, splits: dict, features: s
     for s, p in pairs.items():
         seed, dst = p["seed"].to_numpy(), p["node"].to_numpy()
         where = pd.MultiIndex.from_frame(distinct[s]).get_indexer(pd.MultiIndex.from_frame(p[["node", "cutoff"]]))
-        tables[s] = _concat([_take(source[s], seed, "source."), _take(dest[s], where, "destination."),
-                             _pair_history(data, s, seed, dst)])
+        tables[s] = _side_by_side([(source[s], seed, "source."), (dest[s], where, "destination."),
+                                   (_pair_history(data, s, seed, dst), None, "")])
         if s in data.labels:
             truth = data.labels[s]
             labels[s] = np.array([d in set(truth[i].tolist()) for i, d in zip(seed, dst)], dtype=np.int64)
@@ -61,7 +62,7 @@ def shipped(allowed: np.ndarray) -> np.ndarray:
     sizes = np.array([len(a) for a in allowed], np.int64)
     out = np.full((len(allowed), int(sizes.max(initial=0))), -1, np.int64)
     if sizes.sum():
-        out[np.repeat(np.arange(len(allowed)), sizes), np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes)] = \
+        out[np.repeat(np.arange(len(allowed)), sizes), positions_in_runs(sizes)] = \
             np.concatenate([np.asarray(a, np.int64) for a in allowed])
     return out
 
@@ -86,13 +87,25 @@ def _pair_history(data: RecData, split: str, seed: np.ndarray, dst: np.ndarray) 
     return EncodedTable(np.log1p(cols), np.zeros((len(seed), 0), np.int64), [], names, [])
 
 
-def _take(table: EncodedTable, rows: np.ndarray, prefix: str) -> EncodedTable:
-    return EncodedTable(table.numeric[rows], table.categorical[rows], list(table.cardinalities),
-                        [prefix + n for n in table.numeric_names], [prefix + n for n in table.categorical_names])
+_BLOCK_ROWS = 1 << 16  # pairs gathered at once into a pair table
 
 
-def _concat(tables: list[EncodedTable]) -> EncodedTable:
-    return EncodedTable(np.concatenate([t.numeric for t in tables], 1).astype(np.float32),
-                        np.concatenate([t.categorical for t in tables], 1),
-                        [c for t in tables for c in t.cardinalities], [n for t in tables for n in t.numeric_names],
-                        [n for t in tables for n in t.categorical_names])
+def _side_by_side(parts: list[tuple[EncodedTable, np.ndarray | None, str]]) -> EncodedTable:
+    """Each part's table at its ``rows`` (None: every row, in order), names prefixed, side by side in one
+    table filled in place, a block of rows at a time: a pair table can be most of a run's memory (750,000
+    pairs of two DFS feature sets of 2,000 columns: 6 GB), so no copy of it is made along the way."""
+    n = len(parts[0][1]) if parts[0][1] is not None else len(parts[0][0].numeric)
+    numeric = np.empty((n, sum(t.numeric.shape[1] for t, _, _ in parts)), np.float32)
+    categorical = np.empty((n, sum(t.categorical.shape[1] for t, _, _ in parts)), np.int64)
+    a = b = 0
+    for table, rows, _ in parts:
+        wa, wb = table.numeric.shape[1], table.categorical.shape[1]
+        for lo in range(0, n, _BLOCK_ROWS):
+            block = slice(lo, lo + _BLOCK_ROWS)
+            at = block if rows is None else rows[block]
+            numeric[block, a:a + wa] = table.numeric[at]
+            categorical[block, b:b + wb] = table.categorical[at]
+        a, b = a + wa, b + wb
+    return EncodedTable(numeric, categorical, [c for t, _, _ in parts for c in t.cardinalities],
+                        [p + name for t, _, p in parts for name in t.numeric_names],
+                        [p + name for t, _, p in parts for name in t.categorical_names])

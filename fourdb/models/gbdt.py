@@ -6,13 +6,24 @@ from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostin
 
 from fourdb.models.base import Model, register_model
 
+_BLOCK_ROWS = 1 << 16  # rows predicted at once
+
 
 @register_model("gbdt")
 class GBDT(Model):
     input_kind = "table"
 
-    def _matrix(self, feats) -> np.ndarray:
-        return np.concatenate([feats.numeric.astype(np.float64), feats.categorical.astype(np.float64)], 1)
+    @staticmethod
+    def _matrix(feats, rows=slice(None)) -> np.ndarray:
+        """Numeric features and category codes as the one matrix HistGradientBoosting reads, filled in place. It
+        is float32 where the codes fit one exactly: scikit-learn makes its own float64 copy of it in any case, so
+        a float64 matrix of a wide split (a recommendation task's pairs of DFS rows: gigabytes) would be a second
+        one, of the same values."""
+        numeric, categorical = feats.numeric[rows], feats.categorical[rows]
+        exact = numeric.dtype == np.float32 and categorical.max(initial=0) < 2 ** 24 and categorical.min(initial=0) >= 0
+        x = np.empty((len(numeric), numeric.shape[1] + categorical.shape[1]), np.float32 if exact else np.float64)
+        x[:, :numeric.shape[1]], x[:, numeric.shape[1]:] = numeric, categorical
+        return x
 
     def fit(self, data, trainer_cfg=None):
         p = self.params
@@ -31,7 +42,12 @@ class GBDT(Model):
         return self
 
     def predict(self, data, split):
-        x = self._matrix(data.features[split])
+        feats = data.features[split]
+        # a block of rows at a time: the float64 copy of a wide split (a recommendation task's pairs) stays small
+        starts = range(0, len(feats.numeric), _BLOCK_ROWS) or range(1)
+        return np.concatenate([self._predict(self._matrix(feats, slice(lo, lo + _BLOCK_ROWS))) for lo in starts])
+
+    def _predict(self, x: np.ndarray) -> np.ndarray:
         if self.info.task_type == "regression":
             return self.model.predict(x)
         proba = self.model.predict_proba(x)

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from fourdb.errors import SchemaError
 from fourdb.rdb.schema import Column, Schema, Table
-from fourdb.utils import duckdb_connect
+from fourdb.utils import duckdb_connect, naive_utc
 
 
 def _first_bad(values: pd.Series, bad_mask: pd.Series) -> str:
@@ -109,8 +109,7 @@ def _coerce_column(table: Table, name: str, dtype: str, values: pd.Series) -> pd
             bad = out.isna() & values.notna()
             if bad.any():
                 raise SchemaError(f"{where}: {_first_bad(values, bad)} is not a parseable timestamp")
-        if getattr(out.dt, "tz", None) is not None:
-            out = out.dt.tz_convert("UTC").dt.tz_localize(None)
+        out = naive_utc(out)
         return out.astype("datetime64[ns]", copy=False)
     if dtype in ("category", "text"):
         return values.astype("string").astype(object).where(values.notna(), None)

@@ -17,6 +17,7 @@ from fourdb.rdb.database import _first_bad
 from fourdb.rdb.importers.base import ImportReport, SourceTable
 from fourdb.rdb.importers.dtypes import _is_nested
 from fourdb.rdb.importers.keys import _usable_key
+from fourdb.utils import naive_utc
 
 
 def _declared_kind(sql_type: str) -> str | None:
@@ -49,8 +50,7 @@ def _to_timestamps(values: pd.Series) -> pd.Series:
             values = values.where(values.map(lambda v: isinstance(v, (str, datetime.date, np.datetime64))))
         with np.errstate(all="ignore"):
             out = pd.to_datetime(values, errors="coerce", format="mixed", utc=True)
-    if getattr(out.dt, "tz", None) is not None:
-        out = out.dt.tz_convert("UTC").dt.tz_localize(None)
+    out = naive_utc(out)
     # DuckDB gives microseconds, which reach year 9999 (a common "no end" date); nanoseconds stop in 2262
     out = out.where(out.isna() | ((out >= pd.Timestamp.min) & (out <= pd.Timestamp.max)))
     return out.astype("datetime64[ns]")

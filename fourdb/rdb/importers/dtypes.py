@@ -6,6 +6,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from fourdb.utils import naive_utc
+
 CATEGORY_MAX_UNIQUE = 50  # strings with at most this many distinct values (or 20% of rows) are categories
 TEXT_MIN_LENGTH = 30  # strings this long on average are text
 _DATE_LIKE = re.compile(r"^\s*(\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}/\d{2,4}|\d{4}/\d{1,2}/\d{1,2})([ T]\d.*)?\s*$")
@@ -36,8 +38,7 @@ def _parse_datetimes(values: pd.Series, numbers_as_ns: bool = False) -> pd.Serie
                 return None
         if (out.isna() & values.notna()).any():
             return None
-    if getattr(out.dt, "tz", None) is not None:
-        out = out.dt.tz_convert("UTC").dt.tz_localize(None)
+    out = naive_utc(out)
     return out.astype("datetime64[ns]")
 
 
