@@ -354,8 +354,7 @@ def _with_candidates(spec: TaskSpec, db: Database, frame: pd.DataFrame) -> pd.Da
         raise TaskError(f"task '{spec.name}': cannot read candidates {path}: {str(e).splitlines()[0]}") from None
     listed.columns = ["entity", "time", "dst"]
     listed["cutoff"] = pd.to_datetime(listed["time"]).astype("datetime64[ns]") - pd.Timedelta(1, "ns")
-    index = pd.Index(db.tables[spec.destination_table][db.schema.table(spec.destination_table).primary_key])
-    listed["row"] = index.get_indexer(listed["dst"])
+    listed["row"] = _rows(db, spec.destination_table, listed["dst"])
     listed = listed[listed["row"] >= 0].drop_duplicates(["entity", "cutoff", "row"])
     per_query = listed.groupby(["entity", "cutoff"])["row"].agg(list)
     found = pd.MultiIndex.from_frame(frame[["entity", "cutoff"]]).map(per_query.to_dict().get) if len(frame) else []
@@ -389,18 +388,18 @@ def _destinations(spec: TaskSpec, db: Database, frame: pd.DataFrame) -> pd.DataF
     if len(frame) and not frame["label"].map(lambda v: isinstance(v, (list, tuple, np.ndarray))).all():
         raise TaskError(f"task '{spec.name}': a recommendation SQL must yield a LIST of destination keys as its "
                         f"label (e.g. LIST(DISTINCT p.item_id))")
-    index = pd.Index(db.tables[spec.destination_table][db.schema.table(spec.destination_table).primary_key])
+    pk = db.schema.table(spec.destination_table).primary_key
     limit = len(_known_at(db, pd.Timestamp(spec.timestamps["test"])).tables[spec.destination_table]) \
-        if spec.rule == "relbench" else len(index)
+        if spec.rule == "relbench" else len(db.tables[spec.destination_table])
 
     # every key looked up once; then split back per source
     keys = [k for v in frame["label"] for k in v]
-    found = index.get_indexer(keys) if keys else np.zeros(0, np.int64)
+    found = _rows(db, spec.destination_table, pd.Series(keys)) if keys else np.zeros(0, np.int64)
     unknown = np.flatnonzero(found < 0)
     if len(keys) and len(unknown) == len(keys):
         raise TaskError(f"task '{spec.name}': no label key is a key of {spec.destination_table} (e.g. "
                         f"{keys[unknown[0]]!r}); the LIST must hold {spec.destination_table}."
-                        f"{index.name} values")
+                        f"{pk} values")
     if len(unknown):
         print(f"task '{spec.name}': {len(unknown)} of {len(keys)} label keys are not in "
               f"{spec.destination_table} and were dropped (e.g. {keys[unknown[0]]!r})")
