@@ -6,7 +6,7 @@
 A cell is one model on one input (tabular models on single-table or DFS features, GNNs on the r2n or
 r2ne graph). Each cell of each task is one `fourdb run -m experiment=<dataset>-<task> ... seed=0,1,2`
 with the budget below, submitted with `fourdb leaderboard submit` as soon as it finishes, so an
-interrupted pass keeps what it finished and a rerun skips the cells already on the board. r2ne is
+interrupted pass keeps what it finished and a rerun runs only the seeds not yet on the board. r2ne is
 run only where the database has link tables (elsewhere it is the r2n graph). Cells go in the
 order of CELLS across all tasks (breadth first), so a short pass still covers every task.
 leaderboards/MATRIX.md records what is on the boards and what failed or ran out of time, and why.
@@ -45,7 +45,7 @@ STATUS = ROOT / "leaderboards" / "matrix_status.json"
 # FT-Transformer attends over one token per column: wider DFS tables need (columns^2) memory per row
 # and layer (2,022 lahman columns: ~33 GB of attention scores per batch of 512), beyond this machine
 MAX_TOKENS = 256
-CELL_TIMEOUT_S = 1200  # per cell (3 seeds); --timeout raises it for the cells that need longer
+CELL_TIMEOUT_S = 1200  # per cell (its missing seeds); --timeout raises it for the cells that need longer
 
 
 def experiment_task(experiment: str) -> tuple[str, str]:
@@ -120,9 +120,11 @@ def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
 
 
 def run_cell(experiment: str, cell: str, budget: dict, jobs: int, timeout_s: float) -> dict:
+    """Runs the cell's seeds not yet on the board (all three on a fresh board)."""
     sweep = ROOT / "multirun" / "leaderboard" / experiment / cell.replace(":", "_")
+    seeds = [s for s in SEEDS if s not in done_seeds(experiment, cell, budget)]
     args = [sys.executable, "-m", "fourdb.cli", "run", "-m", f"experiment={experiment}", *overrides(cell),
-            f"seed={','.join(map(str, SEEDS))}",
+            f"seed={','.join(map(str, seeds))}",
             *(f"{k}={v}" for k, v in budget.items()), "trainer.progress=false", f"hydra.sweep.dir={sweep}"]
     env = {**os.environ, "DGLBACKEND": "pytorch", "PYTHONWARNINGS": "ignore"}
     if jobs > 1:  # cells share the cores: one thread each
@@ -196,7 +198,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated experiments (default: every built-in task)")
     ap.add_argument("--cells", default="", help="comma-separated model:input cells (default: the whole matrix)")
     ap.add_argument("--jobs", type=int, default=1, help="cells run at once")
-    ap.add_argument("--timeout", type=float, default=CELL_TIMEOUT_S, help="seconds per cell (3 seeds)")
+    ap.add_argument("--timeout", type=float, default=CELL_TIMEOUT_S, help="seconds per cell (its missing seeds)")
     ap.add_argument("--dry-run", action="store_true", help="list the cells that would run")
     a = ap.parse_args(argv)
     experiments = a.only.split(",") if a.only else ALL_TASKS
