@@ -3,6 +3,8 @@
 The sizes themselves are measured by ``make bench-scale`` (benchmarks/bench_scale.py); these tests check
 that each saving gives the same answer as the plain way it replaces.
 """
+import importlib
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -146,17 +148,29 @@ def test_a_gpu_that_dgl_cannot_use_is_not_chosen(monkeypatch):
         gpu_unusable.cache_clear()
 
 
-@pytest.mark.parametrize("case", ["plain", "missing cutoff", "huge rows"])
+@pytest.mark.parametrize("case", ["plain", "missing cutoff", "huge rows", "every pair once", "every pair, one twice"])
 def test_seeds_are_ordered_as_a_lexsort_orders_them(case):
-    from fourdb.tasks.materialize import _seed_order
+    m = importlib.import_module("fourdb.tasks.materialize")  # the module (the package exports its function)
     rng = np.random.default_rng(3)
     n = 5000
     rank = rng.integers(0, 3, n).astype(np.int64)
-    cutoff = pd.Series(np.datetime64("2020-01-01", "ns") + rng.integers(0, 9, n) * np.timedelta64(7, "D"))
+    week = rng.integers(0, 9, n)
     node = rng.integers(0, 200, n)
+    if case.startswith("every pair"):  # most (row, cutoff) pairs, each once: ordered in an array over the key
+        pair = rng.permutation(9 * 600)[:n]
+        week, node = pair // 600, pair % 600
+        rank = (week // 3).astype(np.int64)  # the split follows the cutoff, as a task's does
+        if case == "every pair, one twice":  # a repeat: the stable sort instead
+            week[7], node[7], rank[7] = week[3], node[3], rank[3]
+    cutoff = pd.Series(np.datetime64("2020-01-01", "ns") + week * np.timedelta64(7, "D"))
     if case == "missing cutoff":
         cutoff[rng.choice(n, 40, replace=False)] = pd.NaT
     if case == "huge rows":  # the one integer key would overflow: the lexsort itself
         node[0] = 2 ** 61
-    order = _seed_order(rank, cutoff, node)
+    key = m._seed_key(cutoff, node, rank)
+    dense = key is not None and m._in_key_order(*key) is not None
+    assert dense == (case == "every pair once")
+    order = m._seed_order(rank, cutoff, node)
     assert (order == np.lexsort((node, cutoff.to_numpy(), rank))).all()
+    frame = pd.DataFrame({"entity": node, "node": node, "cutoff": cutoff})
+    assert m._has_duplicate_seeds(frame) == bool(frame.duplicated(["entity", "cutoff"]).any())
