@@ -247,10 +247,15 @@ def _seed_key(cutoff: pd.Series, node: np.ndarray, rank: np.ndarray | None = Non
 _DENSE_VALUES_PER_SEED = 4
 
 
+def _dense(key: np.ndarray, span: int) -> bool:
+    """Whether keys with ``span`` possible values are few enough per seed to be placed in an array over them."""
+    return span <= _DENSE_VALUES_PER_SEED * len(key)
+
+
 def _in_key_order(key: np.ndarray, span: int) -> np.ndarray | None:
     """The positions of ``key`` (values below ``span``) in key order, each placed at its value in an array
     (a counting sort); None where the values are too many for the seeds or a key repeats."""
-    if span > _DENSE_VALUES_PER_SEED * len(key):
+    if not _dense(key, span):
         return None
     at = np.full(span, -1, dtype=np.int64)
     at[key] = np.arange(len(key))
@@ -277,7 +282,7 @@ def _has_duplicate_seeds(frame: pd.DataFrame) -> bool:
     if made is None:
         return bool(frame.duplicated(["entity", "cutoff"]).any())
     key, span = made
-    if span > _DENSE_VALUES_PER_SEED * len(key):
+    if not _dense(key, span):
         return not pd.Index(key).is_unique
     seen = np.zeros(span, dtype=bool)
     seen[key] = True
