@@ -240,9 +240,9 @@ def test_two_labels_for_one_seed_are_refused(synthetic_db):
     assert len(materialize(TaskSpec.from_dict(_taste_raw(sql=twice), "t.yaml"), synthetic_db).frame) > 1
     # every user at every cutoff (the seeds are checked in an array over their keys), one of them twice
     everyone = "SELECT u.user_id, c.cutoff, 1 AS label FROM cutoffs c JOIN users u ON u.signup_at <= c.cutoff"
-    once = f"{everyone} UNION ALL (SELECT user_id, cutoff, label FROM ({twice}) ORDER BY cutoff LIMIT 1)"
+    repeated = f"{everyone} UNION ALL (SELECT user_id, cutoff, label FROM ({twice}) ORDER BY cutoff LIMIT 1)"
     with pytest.raises(TaskError, match=rf"the SQL yields two labels for entity {first} at "):
-        materialize(TaskSpec.from_dict(_taste_raw(sql=once), "t.yaml"), synthetic_db)
+        materialize(TaskSpec.from_dict(_taste_raw(sql=repeated), "t.yaml"), synthetic_db)
     assert len(materialize(TaskSpec.from_dict(_taste_raw(sql=everyone), "t.yaml"), synthetic_db).frame) > 1000
 
 
