@@ -27,9 +27,10 @@ over every flight of the year). A child whose own features depend on the cutoff 
 it, depth 3) is joined to its visible rows and grouped by (parent, cutoff) in SQL.
 
 Memory: DFS runs in a session of the database's own DuckDB instance and reads the tables in place
-(views over the database's columns; only each foreign key's parent row ids are computed, once). A
-running aggregate holds its rows' keys, a budget of feature columns at a time (fetched in Arrow
-batches), and its outputs, each made as soon as its state is.
+(views over the database's columns, with the parent row ids of the foreign keys its SQL reads, looked
+up once). A running aggregate gathers its feature columns from the tables at the rows it scans, one
+column at a time, following its lookups for those rows only, and makes each output as soon as its
+state is.
 
 Primitives: ``count`` (rows), ``sum`` ``mean`` ``min`` ``max`` ``std`` (sample, ddof=1) of numeric
 features, ``mode`` and ``num_unique`` of category features, ``last`` of both (the value, null included,

@@ -16,15 +16,15 @@ import pandas as pd
 import pyarrow as pa
 
 from fourdb.features.dfs.plan import Agg, Lookup, Node, _agg_dtype
-from fourdb.features.dfs.scan import (NS_PER_DAY, _arrow, _Columns, _compose, _gather, _numpy, _prefix_scan,
-                                      _sorted_rows, _time_order, asof_positions)
+from fourdb.features.dfs.scan import (NS_PER_DAY, _arrow, _compose, _gather, _numpy, _prefix_scan, _sorted_rows,
+                                      _time_order, asof_positions)
 from fourdb.rdb import Database
 from fourdb.rdb.database import RowLookup
 from fourdb.rdb.schema import Table
 
 T_MIN = "TIMESTAMP_NS '1678-01-01 00:00:00'"  # a row without time: always visible
 T_MAX = "TIMESTAMP_NS '2262-01-01 00:00:00'"  # cutoff of a per-row (cutoff-free) relation
-_SCAN_BYTES = 16 << 20  # a running aggregate's feature columns held at once, beyond its rows' keys
+_CHECK_ROWS = 1 << 20  # child rows per slice when checking that a lookup is never newer than its row
 
 _TEMP = re.compile(r"\b__[a-z]+\d+\b")
 
@@ -56,12 +56,10 @@ class _Compiler:
         self.sources: dict[str, pd.DataFrame] = {}  # table -> the frame its base view reads
         self.key_rows: dict[str, RowLookup] = {}  # table -> row of each primary key value
         self.parents: dict[tuple[str, str], pd.arrays.IntegerArray] = {}  # (table, fk) -> parent row ids
+        self.sql_fks: set[tuple[str, str]] = set()  # the foreign keys SQL reads: only their parent ids are made
         # row ids, time ranks and parent row ids as int32 where every table's rows fit (half the memory)
         self.ids = np.int32 if max([len(db.tables[t]) for t in tables] + [0]) < np.iinfo(np.int32).max else np.int64
         self.relations: dict[tuple[str, str], tuple[str, int]] = {}
-        self.views: set[str] = set()
-        self.per_row: set[str] = set()  # query sets that are every row of their table, cutoff-free
-        self.statics: dict[str, tuple] = {}  # child node -> layout of its rows' own features, once per row
         self.safe: dict[tuple[str, str], bool] = {}
         self.frames: dict[str, pa.Table] = {}  # running-state tables registered with DuckDB
         self.fetched: dict[str, pa.Table] = {}  # seed-level results, gathered at the end
@@ -119,8 +117,6 @@ class _Compiler:
             if name in self.frames:
                 self.con.unregister(name)
                 del self.frames[name]
-            elif name in self.views:
-                self.con.execute(f"DROP VIEW IF EXISTS {name}")
             else:
                 self.con.execute(f"DROP TABLE IF EXISTS {name}")
 
@@ -129,6 +125,8 @@ class _Compiler:
         return f"v{table.column_names.index(name)}"
 
     def fk(self, table: Table, name: str) -> str:
+        """The base view's column of a foreign key's parent row ids, which SQL then reads."""
+        self.sql_fks.add((table.name, name))
         return f"p{table.column_names.index(name)}"
 
     def register(self) -> None:
@@ -154,38 +152,46 @@ class _Compiler:
     def base(self, t: Table) -> None:
         """A view of the table with typed columns, time, time order and parent row ids. The view reads the
         registered frame in place, so that no table is copied; the parent row ids are looked up once into
-        the frame, as the graph looks them up (``RowLookup``)."""
+        the frame, as the graph looks them up (``RowLookup``), for the foreign keys the steps' SQL reads
+        (known once every step is compiled, before this one runs)."""
         time_expr = f"CAST(s.{self.col(t, t.time_column)} AS TIMESTAMP_NS)" if t.time_column else "NULL::TIMESTAMP_NS"
         sel = ["s.__rid", f"{time_expr} AS __time", f"coalesce({time_expr}, {T_MIN}) AS __t", "s.__ord"]
-        parents = {}
         for i, c in enumerate(t.columns):
             if c.dtype == "numeric":
                 sel.append(f"CAST(s.v{i} AS DOUBLE) AS v{i}")
             elif c.dtype == "category":
                 sel.append(f"CAST(s.v{i} AS VARCHAR) AS v{i}")
-            elif c.dtype == "foreign_key" and c.link_table in self.tables:
-                parents[f"p{i}"] = c.name
-                sel.append(f"s.p{i}")
-        view = f"CREATE TEMP VIEW {self.bases[t.name]} AS SELECT {', '.join(sel)} FROM {self.src(t.name)} s"
 
-        def run(con, name=t.name, parents=parents, view=view):
-            frame = self.sources[name]
-            for col, fk in parents.items():
-                frame[col] = self.parent_ids(name, fk)
-            con.register(self.src(name), frame)
-            con.execute(view)
+        def run(con, t=t, sel=sel):
+            frame = self.sources[t.name]
+            parents = [(i, c.name) for i, c in enumerate(t.columns) if (t.name, c.name) in self.sql_fks]
+            for i, fk in parents:
+                frame[f"p{i}"] = self.parent_ids(t.name, fk)
+            con.register(self.src(t.name), frame)
+            con.execute(f"CREATE TEMP VIEW {self.bases[t.name]} AS SELECT "
+                        f"{', '.join(sel + [f's.p{i}' for i, _ in parents])} FROM {self.src(t.name)} s")
 
         self.emit(f"table {t.name}", run)
 
     def parent_ids(self, table: str, fk: str) -> pd.arrays.IntegerArray:
         """Each row's parent row through ``fk`` (missing: no parent), looked up once."""
         if (table, fk) not in self.parents:
-            parent = self.schema.table(self.schema.table(table).column(fk).link_table)
-            if parent.name not in self.key_rows:
-                self.key_rows[parent.name] = RowLookup(self.db.tables[parent.name][parent.primary_key])
-            rows = self.key_rows[parent.name](self.db.tables[table][fk])
+            rows = self.parent_rows(table, fk)
             self.parents[(table, fk)] = pd.arrays.IntegerArray(rows.astype(self.ids), rows < 0)
         return self.parents[(table, fk)]
+
+    def parent_rows(self, table: str, fk: str, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """The parent row (-1: none) through ``fk`` of the given rows of ``table`` (-1 rows: none)."""
+        parent = self.schema.table(self.schema.table(table).column(fk).link_table)
+        if parent.name not in self.key_rows:
+            self.key_rows[parent.name] = RowLookup(self.db.tables[parent.name][parent.primary_key])
+        keys = self.db.tables[table][fk]
+        if isinstance(rows, slice):
+            return self.key_rows[parent.name](keys.iloc[rows])
+        out = np.full(len(rows), -1, dtype=np.int64)
+        known = rows >= 0
+        out[known] = self.key_rows[parent.name](pd.Series(_take(keys, rows[known]), copy=False))
+        return out
 
     def query(self, desc: str, select: str) -> str:
         """A query set: distinct (k, cutoff) rows numbered by ``qid``."""
@@ -207,8 +213,6 @@ class _Compiler:
 
     def rows(self, q: str, b: str) -> tuple[str, str]:
         """FROM clause pairing each query row with its table row ``b``, and the alias of (qid, k, cutoff)."""
-        if q in self.per_row:  # the query rows are the table's own rows, columns included: no join
-            return f"{q} b", "b"
         return f"{q} q JOIN {b} b ON b.__rid = q.k", "q"
 
     # -- is a child's looked-up value known whenever the child row is? ------------------------------
@@ -221,12 +225,18 @@ class _Compiler:
                 ok = True
             elif t.time_column is None:
                 ok = False
-            else:
-                rows = self.parent_ids(table, fk).to_numpy(dtype=np.int64, na_value=-1)
-                looked = self.db.tables[parent.name][parent.time_column].to_numpy("datetime64[ns]")[rows]
-                looked[rows < 0] = np.datetime64("NaT")
-                ctime = self.db.tables[table][t.time_column].to_numpy("datetime64[ns]")
-                ok = not bool(((looked > ctime) | (np.isnat(ctime) & ~np.isnat(looked))).any())
+            else:  # a slice at a time: the parent ids of a large table are not held for a yes or no
+                ptime = self.db.tables[parent.name][parent.time_column].to_numpy("datetime64[ns]")
+                ctimes = self.db.tables[table][t.time_column].to_numpy("datetime64[ns]")
+                ok = True
+                for at in range(0, len(ctimes), _CHECK_ROWS):
+                    rows = self.parent_rows(table, fk, slice(at, at + _CHECK_ROWS))
+                    looked = np.full(len(rows), np.datetime64("NaT"), dtype="datetime64[ns]")
+                    looked[rows >= 0] = ptime[rows[rows >= 0]]
+                    ctime = ctimes[at:at + _CHECK_ROWS]
+                    if ((looked > ctime) | (np.isnat(ctime) & ~np.isnat(looked))).any():
+                        ok = False
+                        break
             self.safe[key] = ok
         return self.safe[key]
 
@@ -328,58 +338,88 @@ class _Compiler:
     def running_aggregate(self, ag: Agg, q: str, real=np.float64) -> tuple[str, list[str], str]:
         """Prefix aggregates of the child's rows per parent in time order (one sort, then vectorized
         scans), and an ASOF join that picks for each (parent, cutoff) the state after its last row.
-        Only the children of parents in ``q``, up to their latest cutoff, are scanned. Numeric outputs
-        are of type ``real``. Returns the SELECT, its output expressions and the name of the frame
-        (``qid``, ``c{m}``) the scan registers."""
+        Only the children of parents in ``q``, up to their latest cutoff, are scanned, and their feature
+        values are gathered from the tables at those rows, a column at a time. Numeric outputs are of
+        type ``real``. Returns the SELECT, its output expressions and the name of the frame (``qid``,
+        ``c{m}``) the scan registers."""
         child = self.schema.table(ag.child)
         need = self._inputs(ag)
         bc = self.bases[child.name]
         fkc = self.fk(child, ag.fk)
         # rows after a parent's latest cutoff never reach a query: they are left out of the scan
-        def until(c: str) -> str:
-            return (f"JOIN (SELECT k, max(cutoff) AS until FROM {q} GROUP BY k) u "
-                    f"ON u.k = {c}.{fkc} AND {c}.__t <= u.until")
-
-        keys = f"SELECT c.{fkc} AS k, c.__ord, c.__t, c.__time FROM {bc} c {until('c')}"
-        if need and ag.node.key not in self.statics:  # the child's own features, once per row
-            qs = self.new("q")
-            self.views.add(qs)
-            self.per_row.add(qs)
-            self.emit(f"rows {child.name}", f"CREATE TEMP VIEW {qs} AS SELECT __rid AS qid, __rid AS k, "
-                                            f"{T_MAX} AS cutoff, * FROM {bc}")
-            self.statics[ag.node.key] = self.layout(ag.node, qs)
+        keys = (f"SELECT c.{fkc} AS k, c.__rid, c.__ord, c.__t, c.__time FROM {bc} c "
+                f"JOIN (SELECT k, max(cutoff) AS until FROM {q} GROUP BY k) u ON u.k = c.{fkc} AND c.__t <= u.until")
         run = self.new("run")
         dtypes = {i: ag.node.features[i].dtype for i in need}
 
-        def values(group: list[int], layout=self.statics.get(ag.node.key)) -> str:
-            """The rows' features ``group``, joining only the lookups they come through."""
-            src, _, sel, joins, join_of = layout  # per row: the FROM is the child's rows, aliased b
-            through = sorted({join_of[i] for i in group if join_of[i] is not None})
-            return (f"SELECT b.__ord, {', '.join(f'{sel[i]} AS x{i}' for i in group)} FROM {src} "
-                    f"{' '.join(joins[j] for j in through)} {until('b')}")
-
-        uses = {q, bc} | (set(_TEMP.findall(values(list(need)))) if need else set())
-
-        def scan(con, keys=keys, values=values, run=run, need=need, dtypes=dtypes, q=q, real=real):
+        def scan(con, keys=keys, run=run, need=need, dtypes=dtypes, q=q, real=real):
             rows = _sorted_rows(con, keys)
             queries = _arrow(con, f"SELECT qid, k, cutoff FROM {q}")
             k = _numpy(rows, "k", np.int64)
             cutoff = _numpy(queries, "cutoff", "datetime64[ns]").view(np.int64)
             pos = asof_positions(k, _numpy(rows, "__t", "datetime64[ns]").view(np.int64),
                                  _numpy(queries, "k", np.int64), cutoff)
-            # as many feature columns per DuckDB pass as fit the budget beside the rows' keys
-            width = _SCAN_BYTES // (8 * max(len(k), 1))
-            columns = _Columns(con, values, _numpy(rows, "__ord", np.int64), need, dtypes, width)
-            out = _prefix_scan(k, _numpy(rows, "__time", "datetime64[ns]"), columns, need, dtypes, pos, ag.outputs,
-                               cutoff, real)
-            del rows, columns
+            column = self.row_features(ag.node, _numpy(rows, "__rid", np.int64))
+            tl = _numpy(rows, "__time", "datetime64[ns]")
+            del rows
+            out = _prefix_scan(k, tl, column, need, dtypes, pos, ag.outputs, cutoff, real)
             ordered = {f"c{m}": out[f"c{m}"] for m in range(len(out))}  # out is in the order outputs were made
             self.frames[run] = pa.table({"qid": queries.column("qid"), **ordered})
             con.register(run, self.frames[run])
 
-        self.emit(f"running {ag.label} per {ag.fk}", scan, uses=uses)
+        self.emit(f"running {ag.label} per {ag.fk}", scan, uses={q, bc})
         exprs = [f"r.c{m}" for m in range(len(ag.outputs))]  # every query of q has its row in run
         return (f"SELECT m.qid, m.k, m.cutoff, {{outs}} FROM {q} m LEFT JOIN {run} r ON r.qid = m.qid", exprs, run)
+
+    def row_features(self, node: Node, rids: np.ndarray) -> Callable[[int], np.ndarray | tuple]:
+        """Feature ``i`` of ``node`` (own columns and lookups, no aggregates) at its table's rows ``rids``,
+        read from the tables: float64 (NaN: missing) for a numeric feature, (codes, dictionary) for a
+        category, the values the base views give (a lookup through a missing parent is missing). Each
+        lookup's parent rows are found once, for these rows only."""
+        paths = _feature_paths(node)
+        assert len(paths) == len(node.features), (node.key, len(paths), len(node.features))
+        hops: dict[tuple, np.ndarray] = {(): rids}
+
+        def rows_at(path: tuple) -> np.ndarray:
+            if path not in hops:
+                table, fk = path[-1]
+                hops[path] = self.parent_rows(table, fk, rows_at(path[:-1]))
+            return hops[path]
+
+        def column(i: int):
+            path, table, name = paths[i]
+            rows = rows_at(path)
+            values = self.db.tables[table][name]
+            known = rows >= 0
+            if node.features[i].dtype == "numeric":
+                out = np.full(len(rows), np.nan)
+                out[known] = self.cast(pd.Series(_take(values, rows[known]), copy=False), "DOUBLE")
+                return out
+            codes = np.full(len(rows), -1, dtype=np.int64)
+            codes[known], uniques = pd.factorize(_take(values, rows[known]))
+            if not (uniques.dtype == object and pd.api.types.infer_dtype(uniques, skipna=False) == "string"):
+                # other values become the strings the base views' CAST gives, and values that give the same
+                # string are one value
+                strings = self.cast(pd.Series(uniques), "VARCHAR")
+                remap, uniques = pd.factorize(strings)
+                codes = np.where(codes >= 0, remap[np.maximum(codes, 0)] if len(remap) else -1, -1)
+            return codes, pa.array(np.asarray(uniques, dtype=object), type=pa.string())
+
+        return column
+
+    def cast(self, values: pd.Series, to: str) -> np.ndarray:
+        """``values`` as DuckDB casts them (``DOUBLE``: float64 with NaN for missing; ``VARCHAR``: strings),
+        directly where numpy gives the same."""
+        if to == "DOUBLE" and isinstance(values.dtype, np.dtype) and values.dtype.kind in "fiub":
+            return values.to_numpy().astype(np.float64, copy=False)
+        self.con.register("__cast", pd.DataFrame({"v": values.reset_index(drop=True)}))
+        try:
+            got = _arrow(self.con, f"SELECT CAST(v AS {to}) AS v FROM __cast").column("v")
+        finally:
+            self.con.unregister("__cast")
+        if to == "DOUBLE":
+            return got.to_numpy(zero_copy_only=False).astype(np.float64)
+        return np.asarray(got.to_pylist(), dtype=object)
 
     def joined_aggregate(self, ag: Agg, q: str) -> tuple[str, list[str]]:
         """The child's visible rows per (parent, cutoff), with their cutoff-dependent features, grouped."""
@@ -425,3 +465,17 @@ class _Compiler:
         }
         out = [exprs[p].format(i=i) for p, i in ag.outputs]
         return (f"WITH {', '.join(ctes)} SELECT q.qid, q.k, q.cutoff, {{outs}} FROM {q} q {' '.join(joins)}", out)
+
+
+def _feature_paths(node: Node, path: tuple = ()) -> list[tuple[tuple, str, str]]:
+    """Where each feature of ``node`` (own columns, then each lookup's features) is read: the foreign
+    keys followed from ``node``'s table, as (table, fk) hops, then the table and column."""
+    out = [(path, node.table, c) for c in node.own]
+    for lk in node.lookups:
+        out += _feature_paths(lk.node, path + ((node.table, lk.fk),))
+    return out
+
+
+def _take(values: pd.Series, rows: np.ndarray):
+    """The values at ``rows``, without the index a ``Series.take`` would build."""
+    return values.to_numpy()[rows] if isinstance(values.dtype, np.dtype) else values.array.take(rows)

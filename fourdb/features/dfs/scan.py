@@ -13,7 +13,6 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from fourdb.rdb.schema import Table
 
@@ -77,12 +76,6 @@ def _arrow(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     return rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
 
 
-def _batches(con: duckdb.DuckDBPyConnection, sql: str) -> pa.RecordBatchReader:
-    """The rows of ``sql`` as a stream of Arrow batches of ``_BATCH_ROWS``."""
-    rel = con.sql(sql)
-    return rel.to_arrow_reader(_BATCH_ROWS) if hasattr(rel, "to_arrow_reader") else rel.fetch_record_batch(_BATCH_ROWS)
-
-
 def _numpy(table: pa.Table, name: str, dtype=None) -> np.ndarray:
     out = table.column(name).to_numpy(zero_copy_only=False)
     return out if dtype is None else out.astype(dtype)
@@ -114,7 +107,6 @@ def _sorted_rows(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     return pa.table(cols, names=names)
 
 
-_BATCH_ROWS = 1 << 16  # rows per Arrow batch of a running aggregate's feature columns
 _CHUNK = 16  # columns per grouped scan: bounds the scratch memory of a wide child table
 
 
@@ -155,12 +147,15 @@ def _prefix_scan(k: np.ndarray, tl: np.ndarray, column: Callable, need: dict[int
             for x in [x for x in states if x not in wanted]:
                 del states[x]
 
+    def times() -> None:
+        """The latest known time (rows without time sort first, so it is the row's own) and the first."""
+        keep("tl", tl, np.isnat(tl))
+        first_timed = np.minimum.reduceat(np.where(~np.isnat(tl), idx, n), starts)[gid] if n else idx
+        keep("tf", tl[np.minimum(first_timed, max(n - 1, 0))] if n else tl, idx < first_timed)
+
     keep("n", (idx - start + 1).astype(np.float64))
     starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if n else np.zeros(0, dtype=np.int64)
-    first_timed = np.minimum.reduceat(np.where(~np.isnat(tl), idx, n), starts)[gid] if n else idx
-    keep("tl", tl, np.isnat(tl))  # rows without time sort first, so the latest known time is the row's own
-    tf = tl[np.minimum(first_timed, max(n - 1, 0))] if n else tl
-    keep("tf", tf, idx < first_timed)
+    times()
     scans = {"cumsum": {}, "cummin": {}, "cummax": {}}  # column name -> its stretches, scanned per group in 2-D
     # The scans are read at the query rows only: the rows are first reduced stretch by stretch, a stretch
     # ending at a query row or a group's end, and only those partial results are scanned per group.
@@ -187,57 +182,72 @@ def _prefix_scan(k: np.ndarray, tl: np.ndarray, column: Callable, need: dict[int
             v = scanned[:, j]
             keep(name, v, None if how == "cumsum" else np.isinf(v), rows=stretch)
 
+    # each column's work in a function of its own, so that its row-length temporaries go when it returns
+    def numeric(i: int, prims: set[str]) -> None:
+        x = column(i)
+        ok = ~np.isnan(x)
+        if prims & {"sum", "mean", "std"}:
+            # shift by the group's first known value, so sums of squares keep their precision
+            first = np.minimum.reduceat(np.where(ok, idx, n), starts)[gid] if n else idx
+            m = np.where(first < n, x[np.minimum(first, max(n - 1, 0))], 0.0)
+            del first
+            z = np.where(ok, x - m, 0.0)
+            keep(f"m{i}", m)
+            del m
+            scan("cumsum", f"n{i}", ok.astype(np.float64))
+            scan("cumsum", f"s{i}", z)
+            if "std" in prims:
+                scan("cumsum", f"q{i}", z * z)
+        if "min" in prims:
+            scan("cummin", f"mn{i}", np.where(ok, x, np.inf))
+        if "max" in prims:
+            scan("cummax", f"mx{i}", np.where(ok, x, -np.inf))
+        if "last" in prims:
+            keep(f"l{i}", x, ~ok)
+
+    def category(i: int, prims: set[str]) -> None:
+        code, uniques = column(i)
+        if "last" in prims:
+            keep(f"l{i}", _Categories(code, uniques))
+        if prims & {"mode", "num_unique"}:
+            cnt = _running_counts(gid, code)
+            if "num_unique" in prims:
+                scan("cumsum", f"u{i}", (cnt == 1).astype(np.float64))
+            if "mode" in prims and n:
+                big = n + 1
+                best = np.maximum.accumulate(cnt + gid * big) - gid * big  # running max count per group
+                prev = np.where(idx > start, np.r_[0, best[:-1]], 0)
+                del best
+                record = cnt > prev  # this value's count beats every earlier count: it leads now
+                del prev, cnt
+                last_rec = np.maximum.accumulate(np.where(record, idx, -1))
+                keep(f"mo{i}", _Categories(np.where(last_rec >= start, code[np.maximum(last_rec, 0)], -1), uniques))
+            elif "mode" in prims:
+                keep(f"mo{i}", _Categories(code, uniques))
+
     for i, prims in need.items():
         for how in scans:
             flush(how, _CHUNK)
-        if dtypes[i] == "numeric":
-            x = column(i)
-            ok = ~np.isnan(x)
-            if prims & {"sum", "mean", "std"}:
-                # shift by the group's first known value, so sums of squares keep their precision
-                first = np.minimum.reduceat(np.where(ok, idx, n), starts)[gid] if n else idx
-                m = np.where(first < n, x[np.minimum(first, max(n - 1, 0))], 0.0)
-                z = np.where(ok, x - m, 0.0)
-                keep(f"m{i}", m)
-                scan("cumsum", f"n{i}", ok.astype(np.float64))
-                scan("cumsum", f"s{i}", z)
-                if "std" in prims:
-                    scan("cumsum", f"q{i}", z * z)
-            if "min" in prims:
-                scan("cummin", f"mn{i}", np.where(ok, x, np.inf))
-            if "max" in prims:
-                scan("cummax", f"mx{i}", np.where(ok, x, -np.inf))
-            if "last" in prims:
-                keep(f"l{i}", x, ~ok)
-        else:
-            code, uniques = column(i)
-            if "last" in prims:
-                keep(f"l{i}", _Categories(code, uniques))
-            if prims & {"mode", "num_unique"}:
-                order = np.lexsort((idx, code, gid))
-                sg, sc = gid[order], code[order]
-                new = np.ones(n, dtype=bool)
-                new[1:] = (sg[1:] != sg[:-1]) | (sc[1:] != sc[:-1])
-                run_start = np.maximum.accumulate(np.where(new, np.arange(n), 0)) if n else new
-                cnt = np.empty(n, dtype=np.int64)
-                cnt[order] = np.arange(n) - run_start + 1  # running count of the row's value
-                cnt[code < 0] = 0
-                if "num_unique" in prims:
-                    scan("cumsum", f"u{i}", (cnt == 1).astype(np.float64))
-                if "mode" in prims and n:
-                    big = n + 1
-                    best = np.maximum.accumulate(cnt + gid * big) - gid * big  # running max count per group
-                    prev = np.where(idx > start, np.r_[0, best[:-1]], 0)
-                    record = cnt > prev  # this value's count beats every earlier count: it leads now
-                    last_rec = np.maximum.accumulate(np.where(record, idx, -1))
-                    mode_code = np.where(last_rec >= start, code[np.maximum(last_rec, 0)], -1)
-                    keep(f"mo{i}", _Categories(mode_code, uniques))
-                elif "mode" in prims:
-                    keep(f"mo{i}", _Categories(code, uniques))
+        (numeric if dtypes[i] == "numeric" else category)(i, prims)
     for how in scans:
         flush(how)
     assert not waiting, waiting
     return out
+
+
+def _running_counts(gid: np.ndarray, code: np.ndarray) -> np.ndarray:
+    """For each row (sorted by group), how many rows of its group so far have its value (0: missing)."""
+    n = len(code)
+    order = np.lexsort((code, gid))  # stable: a value's rows stay in row order
+    sg, sc = gid[order], code[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (sg[1:] != sg[:-1]) | (sc[1:] != sc[:-1])
+    del sg, sc
+    run_start = np.maximum.accumulate(np.where(new, np.arange(n), 0)) if n else new
+    cnt = np.empty(n, dtype=np.int64)
+    cnt[order] = np.arange(n) - run_start + 1
+    cnt[code < 0] = 0
+    return cnt
 
 
 _STATES = {"count": ("n",), "sum": ("s{i}", "n{i}", "m{i}"), "mean": ("s{i}", "n{i}", "m{i}"),
@@ -275,61 +285,8 @@ def _running_output(p: str, i: int | None, states: dict, cutoff: np.ndarray, rea
         return pa.array(v.astype(real, copy=False), mask=missing)  # min, max, last as they are
 
 
-class _Columns:
-    """A running aggregate's feature columns in its rows' scan order, fetched from DuckDB a few at a time
-    (``width`` per query) so that only one group of columns is held beside the rows' keys.
-
-    ``sql(group)`` selects ``__ord`` and ``x{i}`` for ``i`` in ``group`` over the scan's rows in any order;
-    ``order`` is their ``__ord`` (distinct per row) in scan order, by which each fetched row is put in place.
-    """
-
-    def __init__(self, con: duckdb.DuckDBPyConnection, sql: Callable[[list[int]], str], order: np.ndarray,
-                 need: dict[int, set[str]], dtypes: dict[int, str], width: int):
-        self.con, self.sql, self.dtypes = con, sql, dtypes
-        self.by_ord = np.argsort(order)
-        self.ords = order[self.by_ord]
-        self.todo = list(need)
-        self.width = max(1, width)
-        self.n = len(order)
-        self.ready: dict = {}
-
-    def __call__(self, i: int):
-        if i not in self.ready:
-            self.ready.clear()
-            at = self.todo.index(i)
-            group, self.todo = self.todo[at:at + self.width], self.todo[:at] + self.todo[at + self.width:]
-            numeric = [j for j in group if self.dtypes[j] == "numeric"]
-            for j in numeric:
-                self.ready[j] = np.empty(self.n)
-            texts, places = {j: [] for j in group if j not in numeric}, []
-            # batch by batch, each let go once its values are in place: DuckDB's Arrow batches are freed whole
-            for batch in _batches(self.con, self.sql(group)):
-                dest = self.by_ord[np.searchsorted(self.ords, batch.column("__ord").to_numpy())]
-                for j in numeric:
-                    self.ready[j][dest] = batch.column(f"x{j}").to_numpy(zero_copy_only=False)
-                for j, parts in texts.items():
-                    parts.append(pa.concat_arrays([batch.column(f"x{j}")]))  # a copy of its own
-                if texts:
-                    places.append(dest)
-            dest = np.concatenate(places) if places else np.zeros(0, dtype=np.int64)
-            for j, parts in texts.items():
-                code, uniques = _codes(pa.chunked_array(parts, parts[0].type if parts else pa.string()))
-                self.ready[j] = (np.empty(self.n, dtype=np.int64), uniques)
-                self.ready[j][0][dest] = code
-        return self.ready.pop(i)
-
-
 class _Categories:
     """Category values as codes into a dictionary (-1: missing), kept as codes until they go to Arrow."""
 
     def __init__(self, code: np.ndarray, uniques: pa.Array):
         self.code, self.uniques = code, uniques
-
-
-def _codes(column) -> tuple[np.ndarray, pa.Array]:
-    """Codes (-1: missing) and dictionary of a string column."""
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if not pa.types.is_dictionary(arr.type):
-        arr = pc.dictionary_encode(arr)
-    code = pc.fill_null(arr.indices.cast(pa.int64()), -1).to_numpy(zero_copy_only=False)
-    return code, arr.dictionary
