@@ -303,11 +303,11 @@ def test_running_aggregates_read_values_as_the_sql_path_does(monkeypatch):
     seeds = pd.DataFrame({"node": np.tile(np.arange(20), 3), "cutoff": np.repeat(CUTOFFS, 20)})
 
     gathered, parents = [], []
-    row_features, parent_ids = compile_module._Compiler.row_features, compile_module._Compiler.parent_ids
+    row_features, parents_of = compile_module._Compiler.row_features, compile_module._Compiler.parents_of
     monkeypatch.setattr(compile_module._Compiler, "row_features",
                         lambda self, node, rids: gathered.append(node.table) or row_features(self, node, rids))
-    monkeypatch.setattr(compile_module._Compiler, "parent_ids",
-                        lambda self, table, fk: parents.append((table, fk)) or parent_ids(self, table, fk))
+    monkeypatch.setattr(compile_module._Compiler, "parents_of",
+                        lambda self, table, fk: parents.append((table, fk)) or parents_of(self, table, fk))
     running = D.compute_dfs(db, "users", seeds, depth=2, progress=False)
     assert gathered == ["visits"] and set(parents) == {("visits", "user_id")}
     monkeypatch.setattr(compile_module._Compiler, "runs", lambda self, ag: False)

@@ -16,15 +16,17 @@ import pandas as pd
 import pyarrow as pa
 
 from fourdb.features.dfs.plan import Agg, Lookup, Node, _agg_dtype
-from fourdb.features.dfs.scan import (NS_PER_DAY, _arrow, _compose, _gather, _numpy, _prefix_scan, _sorted_rows,
-                                      _time_order, asof_positions)
+from fourdb.features.dfs.scan import (NS_PER_DAY, _arrow, _compose, _gather, _numpy, _prefix_scan, _time_order,
+                                      asof_positions)
 from fourdb.rdb import Database
 from fourdb.rdb.database import RowLookup
 from fourdb.rdb.schema import Table
 
 T_MIN = "TIMESTAMP_NS '1678-01-01 00:00:00'"  # a row without time: always visible
 T_MAX = "TIMESTAMP_NS '2262-01-01 00:00:00'"  # cutoff of a per-row (cutoff-free) relation
-_CHECK_ROWS = 1 << 20  # child rows per slice when checking that a lookup is never newer than its row
+_CHECK_ROWS = 1 << 20  # child rows per slice where a pass over a whole child table needs temporaries
+_T_MIN = np.datetime64("1678-01-01", "ns").view(np.int64)  # T_MIN's value: a row without time sorts first
+_NEVER = np.iinfo(np.int64).min  # the cutoff of a parent no query asks for
 
 _TEMP = re.compile(r"\b__[a-z]+\d+\b")
 
@@ -55,7 +57,7 @@ class _Compiler:
         self.bases: dict[str, str] = {}  # table -> its base view
         self.sources: dict[str, pd.DataFrame] = {}  # table -> the frame its base view reads
         self.key_rows: dict[str, RowLookup] = {}  # table -> row of each primary key value
-        self.parents: dict[tuple[str, str], pd.arrays.IntegerArray] = {}  # (table, fk) -> parent row ids
+        self.parents: dict[tuple[str, str], np.ndarray] = {}  # (table, fk) -> each row's parent row (-1: none)
         self.sql_fks: set[tuple[str, str]] = set()  # the foreign keys SQL reads: only their parent ids are made
         # row ids, time ranks and parent row ids as int32 where every table's rows fit (half the memory)
         self.ids = np.int32 if max([len(db.tables[t]) for t in tables] + [0]) < np.iinfo(np.int32).max else np.int64
@@ -174,14 +176,23 @@ class _Compiler:
         self.emit(f"table {t.name}", run)
 
     def parent_ids(self, table: str, fk: str) -> pd.arrays.IntegerArray:
-        """Each row's parent row through ``fk`` (missing: no parent), looked up once."""
+        """Each row's parent row through ``fk`` as SQL reads it (missing: no parent)."""
+        rows = self.parents_of(table, fk)
+        return pd.arrays.IntegerArray(rows, rows < 0)
+
+    def parents_of(self, table: str, fk: str) -> np.ndarray:
+        """Each row's parent row through ``fk`` (-1: none), looked up once."""
         if (table, fk) not in self.parents:
-            rows = self.parent_rows(table, fk)
-            self.parents[(table, fk)] = pd.arrays.IntegerArray(rows.astype(self.ids), rows < 0)
+            self.parents[(table, fk)] = self.parent_rows(table, fk).astype(self.ids)
         return self.parents[(table, fk)]
 
     def parent_rows(self, table: str, fk: str, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         """The parent row (-1: none) through ``fk`` of the given rows of ``table`` (-1 rows: none)."""
+        if (table, fk) in self.parents:
+            known = self.parents[(table, fk)]
+            if isinstance(rows, slice):
+                return known[rows]
+            return np.where(rows >= 0, known[np.maximum(rows, 0)] if len(known) else -1, -1)
         parent = self.schema.table(self.schema.table(table).column(fk).link_table)
         if parent.name not in self.key_rows:
             self.key_rows[parent.name] = RowLookup(self.db.tables[parent.name][parent.primary_key])
@@ -344,32 +355,52 @@ class _Compiler:
         ``c{m}``) the scan registers."""
         child = self.schema.table(ag.child)
         need = self._inputs(ag)
-        bc = self.bases[child.name]
-        fkc = self.fk(child, ag.fk)
-        # rows after a parent's latest cutoff never reach a query: they are left out of the scan
-        keys = (f"SELECT c.{fkc} AS k, c.__rid, c.__ord, c.__t, c.__time FROM {bc} c "
-                f"JOIN (SELECT k, max(cutoff) AS until FROM {q} GROUP BY k) u ON u.k = c.{fkc} AND c.__t <= u.until")
         run = self.new("run")
         dtypes = {i: ag.node.features[i].dtype for i in need}
 
-        def scan(con, keys=keys, run=run, need=need, dtypes=dtypes, q=q, real=real):
-            rows = _sorted_rows(con, keys)
+        def scan(con, run=run, need=need, dtypes=dtypes, q=q, real=real):
             queries = _arrow(con, f"SELECT qid, k, cutoff FROM {q}")
-            k = _numpy(rows, "k", np.int64)
+            qk = _numpy(queries, "k", np.int64)
             cutoff = _numpy(queries, "cutoff", "datetime64[ns]").view(np.int64)
-            pos = asof_positions(k, _numpy(rows, "__t", "datetime64[ns]").view(np.int64),
-                                 _numpy(queries, "k", np.int64), cutoff)
-            column = self.row_features(ag.node, _numpy(rows, "__rid", np.int64))
-            tl = _numpy(rows, "__time", "datetime64[ns]")
-            del rows
-            out = _prefix_scan(k, tl, column, need, dtypes, pos, ag.outputs, cutoff, real)
+            rows, k = self.child_rows(child, ag.fk, qk, cutoff)
+            tl = self.times(child, rows)
+            pos = asof_positions(k, np.where(np.isnat(tl), _T_MIN, tl.view(np.int64)), qk, cutoff)
+            out = _prefix_scan(k, tl, self.row_features(ag.node, rows), need, dtypes, pos, ag.outputs, cutoff, real)
             ordered = {f"c{m}": out[f"c{m}"] for m in range(len(out))}  # out is in the order outputs were made
             self.frames[run] = pa.table({"qid": queries.column("qid"), **ordered})
             con.register(run, self.frames[run])
 
-        self.emit(f"running {ag.label} per {ag.fk}", scan, uses={q, bc})
+        self.emit(f"running {ag.label} per {ag.fk}", scan, uses={q})
         exprs = [f"r.c{m}" for m in range(len(ag.outputs))]  # every query of q has its row in run
         return (f"SELECT m.qid, m.k, m.cutoff, {{outs}} FROM {q} m LEFT JOIN {run} r ON r.qid = m.qid", exprs, run)
+
+    def child_rows(self, child: Table, fk: str, qk: np.ndarray, cutoff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of ``child`` whose parent through ``fk`` is among the query keys ``qk``, up to that
+        parent's latest cutoff (later rows never reach a query), sorted by (parent, time order): their row
+        numbers and their parents. A slice of the child at a time, so a large child is never copied whole."""
+        parents = self.parents_of(child.name, fk)
+        n_parents = len(self.db.tables[self.schema.table(child.column(fk).link_table).name])
+        until = np.full(n_parents + 1, _NEVER)  # each parent's latest cutoff; the last entry: no parent (-1)
+        np.maximum.at(until, qk, cutoff)
+        times = self.db.tables[child.name][child.time_column].to_numpy("datetime64[ns]").view(np.int64) \
+            if child.time_column else None  # NaT is the smallest value: a row without time is always there
+        rows = []
+        for at in range(0, len(parents), _CHECK_ROWS):
+            seen = until[parents[at:at + _CHECK_ROWS]]
+            ok = seen > _NEVER
+            if times is not None:
+                ok &= times[at:at + _CHECK_ROWS] <= seen
+            rows.append(np.flatnonzero(ok) + at)
+        rows = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+        k = parents[rows].astype(np.int64)
+        order = np.lexsort((self.sources[child.name]["__ord"].to_numpy()[rows], k))
+        return rows[order], k[order]
+
+    def times(self, table: Table, rows: np.ndarray) -> np.ndarray:
+        """The time (NaT: none) of ``rows`` of ``table``."""
+        if table.time_column is None:
+            return np.full(len(rows), np.datetime64("NaT"), dtype="datetime64[ns]")
+        return self.db.tables[table.name][table.time_column].to_numpy("datetime64[ns]")[rows]
 
     def row_features(self, node: Node, rids: np.ndarray) -> Callable[[int], np.ndarray | tuple]:
         """Feature ``i`` of ``node`` (own columns and lookups, no aggregates) at its table's rows ``rids``,

@@ -96,17 +96,6 @@ def asof_positions(k: np.ndarray, t: np.ndarray, qk: np.ndarray, qt: np.ndarray)
     return np.where(ok, pos, -1)
 
 
-def _sorted_rows(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
-    """The rows of ``sql`` sorted by (k, __ord), one column at a time."""
-    rows = _arrow(con, sql)
-    order = np.lexsort((_numpy(rows, "__ord"), _numpy(rows, "k")))
-    names, cols = rows.column_names, rows.columns
-    del rows
-    for j in range(len(cols)):
-        cols[j] = cols[j].take(order)
-    return pa.table(cols, names=names)
-
-
 _CHUNK = 16  # columns per grouped scan: bounds the scratch memory of a wide child table
 
 
