@@ -259,8 +259,9 @@ def test_running_aggregates_read_values_as_the_sql_path_does(monkeypatch):
     """A running aggregate gathers its rows' features from the tables, at the rows it scans, and looks
     up only their parents. On a database made in memory with columns of any type (integers, floats,
     booleans, pandas categoricals and Arrow strings as categories; nullable integers and booleans as
-    numbers), null and dangling keys, it gives what the SQL path gives (the child's rows joined to their
-    lookups and grouped in DuckDB), and it computes parent ids for no foreign key but the one it runs by."""
+    numbers), null and dangling keys, and a child without time, it gives what the SQL path gives (the
+    child's rows joined to their lookups and grouped in DuckDB), and it computes parent ids for no
+    foreign key but the one it runs by."""
     from fourdb.features.dfs import compile as compile_module
 
     rng = np.random.default_rng(5)
@@ -277,6 +278,9 @@ def test_running_aggregates_read_values_as_the_sql_path_does(monkeypatch):
             Column("city_id", "foreign_key", "cities.city_id"), Column("at", "datetime"),
             Column("kind", "category"), Column("code", "category"), Column("score", "numeric"),
             Column("paid", "numeric")], time_column="at"),
+        Table("tags", "tags.parquet", [  # no time: every row is always there
+            Column("tag_id", "primary_key"), Column("city_id", "foreign_key", "cities.city_id"),
+            Column("weight", "numeric"), Column("label", "category")]),
     ])
     cities = pd.DataFrame({
         "city_id": [10, 11, 12, 13],
@@ -299,8 +303,11 @@ def test_running_aggregates_read_values_as_the_sql_path_does(monkeypatch):
         "paid": rng.random(n) < 0.5,
     })
     users = pd.DataFrame({"user_id": np.arange(20), "joined": [T0] * 20})
-    db = Database(schema, {"users": users, "cities": cities, "visits": visits})
+    tags = pd.DataFrame({"tag_id": np.arange(9), "city_id": [10, 10, 11, 12, 12, 12, 99, 13, 10],
+                         "weight": [1, 2, None, 4, 5, 6, 7, 8, 9], "label": [1, 2, 2, None, 1, 3, 1, 2, 2]})
+    db = Database(schema, {"users": users, "cities": cities, "visits": visits, "tags": tags})
     seeds = pd.DataFrame({"node": np.tile(np.arange(20), 3), "cutoff": np.repeat(CUTOFFS, 20)})
+    city_seeds = pd.DataFrame({"node": np.tile(np.arange(4), 3), "cutoff": np.repeat(CUTOFFS, 4)})
 
     gathered, parents = [], []
     row_features, parents_of = compile_module._Compiler.row_features, compile_module._Compiler.parents_of
@@ -310,11 +317,16 @@ def test_running_aggregates_read_values_as_the_sql_path_does(monkeypatch):
                         lambda self, table, fk: parents.append((table, fk)) or parents_of(self, table, fk))
     running = D.compute_dfs(db, "users", seeds, depth=2, progress=False)
     assert gathered == ["visits"] and set(parents) == {("visits", "user_id")}
+    by_city = D.compute_dfs(db, "cities", city_seeds, depth=1, progress=False)
+    assert sorted(gathered[1:]) == ["tags", "visits"]
     monkeypatch.setattr(compile_module._Compiler, "runs", lambda self, ag: False)
     joined = D.compute_dfs(db, "users", seeds, depth=2, progress=False)
     assert "MODE(visits.cities.region)" in running and "MEAN(visits.cities.coastal)" in running
     assert running["MODE(visits.code)"].notna().sum() > 30
     pd.testing.assert_frame_equal(_as_objects(running), _as_objects(joined), rtol=1e-5)
+    assert by_city["COUNT(tags)"].tolist() == [3, 1, 3, 1] * 3 and by_city["MODE(tags.label)"].iloc[0] == "2.0"
+    pd.testing.assert_frame_equal(_as_objects(by_city),
+                                  _as_objects(D.compute_dfs(db, "cities", city_seeds, depth=1, progress=False)), rtol=1e-5)
 
 
 def test_rows_at_the_cutoff_count_and_one_second_later_do_not(shop):
