@@ -376,6 +376,13 @@ def test_bad_config_is_a_clear_error(shop):
         D.compute_dfs(shop, "customers", seeds, primitives=["mean", "median"])
 
 
+def test_running_out_of_memory_says_what_to_lower(tmp_path):
+    db = make_db(tmp_path)
+    db.con.execute("SET memory_limit = '1MB'")
+    with pytest.raises(FourdbError, match=r"Out of Memory.*depth 3 makes \d+ features for 15 seeds: lower features.depth"):
+        D.compute_dfs(db, "customers", customer_seeds(db), depth=3, progress=False)
+
+
 TASTE = ["dataset=synthetic", "dataset.params.size=150", "task=taste", "model=gbdt"]
 
 

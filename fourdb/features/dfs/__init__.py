@@ -111,7 +111,11 @@ def compute_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int =
                 try:
                     st.run(con) if callable(st.run) else con.execute(st.run)
                 except duckdb.Error as e:
-                    raise FourdbError(f"dfs: step '{st.desc}' failed: {str(e).splitlines()[0]}") from e
+                    hint = ""
+                    if isinstance(e, duckdb.OutOfMemoryException):
+                        hint = (f" (depth {depth} makes {len(names)} features for {len(seeds)} seeds: lower "
+                                "features.depth, pass fewer features.primitives, or raise FOURDB_DUCKDB_MEMORY)")
+                    raise FourdbError(f"dfs: step '{st.desc}' failed: {str(e).splitlines()[0]}{hint}") from e
                 if st.desc != "free":
                     bar.set_postfix_str(st.desc[:40], refresh=False)
                     bar.update(1)
