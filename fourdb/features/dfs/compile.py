@@ -23,9 +23,7 @@ from fourdb.rdb.database import RowLookup
 from fourdb.rdb.schema import Table
 
 T_MIN = "TIMESTAMP_NS '1678-01-01 00:00:00'"  # a row without time: always visible
-T_MAX = "TIMESTAMP_NS '2262-01-01 00:00:00'"  # cutoff of a per-row (cutoff-free) relation
 _CHECK_ROWS = 1 << 20  # child rows per slice where a pass over a whole child table needs temporaries
-_T_MIN = np.datetime64("1678-01-01", "ns").view(np.int64)  # T_MIN's value: a row without time sorts first
 _NEVER = np.iinfo(np.int64).min  # the cutoff of a parent no query asks for
 
 _TEMP = re.compile(r"\b__[a-z]+\d+\b")
@@ -364,7 +362,7 @@ class _Compiler:
             cutoff = _numpy(queries, "cutoff", "datetime64[ns]").view(np.int64)
             rows, k = self.child_rows(child, ag.fk, qk, cutoff)
             tl = self.times(child, rows)
-            pos = asof_positions(k, np.where(np.isnat(tl), _T_MIN, tl.view(np.int64)), qk, cutoff)
+            pos = asof_positions(k, tl.view(np.int64), qk, cutoff)  # NaT, the smallest value: always visible
             out = _prefix_scan(k, tl, self.row_features(ag.node, rows), need, dtypes, pos, ag.outputs, cutoff, real)
             ordered = {f"c{m}": out[f"c{m}"] for m in range(len(out))}  # out is in the order outputs were made
             self.frames[run] = pa.table({"qid": queries.column("qid"), **ordered})
