@@ -18,11 +18,14 @@ Per stage, one line over the sizes that completed it:
     BENCH name=scale_<stage> rows=<rows at the largest size> seconds=<t> peak_mb=<m> exponent=<e> ratio=<r>
 
 ``exponent`` is the slope of log(seconds) over log(rows) (1: linear growth), and ``ratio`` is the memory
-limit over the stage's peak at the largest size (>= 1: it fits).
+limit over the stage's peak at the largest size (>= 1: it fits). The ``tasks`` line also gives the task's
+own SQL, which DuckDB runs, and the rest of the stage, fourdb's own work, each with its seconds at the
+largest size and its exponent (``sql_*``, ``rest_*``).
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -78,6 +81,8 @@ def run_one(users: int, cache: Path) -> None:
     from fourdb.rdb import Database
     from fourdb.run import graph_inputs, subsample
     from fourdb.tasks import load_task
+
+    materialize = importlib.import_module("fourdb.tasks.materialize")  # the module (the package exports a function of that name)
     from fourdb.train.trainer import TrainerConfig
 
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
@@ -86,20 +91,33 @@ def run_one(users: int, cache: Path) -> None:
                                            f"max_train_seeds={TRAIN_SEEDS}", f"max_val_seeds={VAL_SEEDS}"])
     state = {}
 
-    def stage(name, fn):
+    def stage(name, fn, parts=None):
         with Peak() as peak:
             start = time.perf_counter()
             state[name] = fn()
             seconds = time.perf_counter() - start
         held = psutil.Process().memory_info().rss / 2**20  # what the stage leaves to the next ones
         print(json.dumps({"stage": name, "seconds": round(seconds, 3), "peak_mb": round(peak.peak),
-                          "held_mb": round(held)}), flush=True)
+                          "held_mb": round(held), **(parts or {})}), flush=True)
 
     stage("generate", lambda: dataset_folder("synthetic", size=users))
     stage("load", lambda: Database.load(state["generate"]))
     db = state["load"]
     print(json.dumps({"rows": int(sum(len(t) for t in db.tables.values()))}), flush=True)
-    stage("tasks", lambda: load_task(db, "synthetic", "taste"))
+    # the task's own SQL, which DuckDB runs, timed apart from the rest of the stage (fourdb's own work)
+    sql = {"sql_seconds": 0.0}
+    run_sql = materialize.window_labels
+
+    def timed_sql(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return run_sql(*args, **kwargs)
+        finally:
+            sql["sql_seconds"] += time.perf_counter() - start
+
+    materialize.window_labels = timed_sql
+    stage("tasks", lambda: load_task(db, "synthetic", "taste"), sql)
+    materialize.window_labels = run_sql
     task = state["tasks"]
     rng = np.random.default_rng(0)
     few = {s: f.iloc[np.sort(rng.choice(len(f), min(len(f), n), replace=False))].reset_index(drop=True)
@@ -193,9 +211,16 @@ def main(argv=None) -> int:
             continue
         last = done[-1]["stages"][stage]
         exponent = growth([r["rows"] for r in done], [r["stages"][stage]["seconds"] for r in done])
+        parts = ""
+        if "sql_seconds" in last:  # the task's SQL (DuckDB's work) and the rest of the stage (fourdb's), apart
+            rows = [r["rows"] for r in done]
+            sql = [r["stages"][stage]["sql_seconds"] for r in done]
+            rest = [r["stages"][stage]["seconds"] - q for r, q in zip(done, sql)]
+            parts = (f" sql_seconds={sql[-1]:.2f} sql_exponent={growth(rows, sql):.2f} rest_seconds={rest[-1]:.2f} "
+                     f"rest_exponent={growth(rows, rest):.2f} sql_seconds_by_size={','.join(f'{q:.2f}' for q in sql)}")
         print(f"BENCH name=scale_{stage} rows={done[-1]['rows']} seconds={last['seconds']:.1f} "
               f"peak_mb={last['peak_mb']} exponent={exponent:.2f} ratio={args.limit_gb * 1024 / last['peak_mb']:.2f} "
-              f"sizes={','.join(str(r['rows']) for r in done)} load={load:.1f}")
+              f"sizes={','.join(str(r['rows']) for r in done)}{parts} load={load:.1f}")
     return 0
 
 
