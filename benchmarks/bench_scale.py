@@ -19,8 +19,9 @@ Per stage, one line over the sizes that completed it:
 
 ``exponent`` is the slope of log(seconds) over log(rows) (1: linear growth), and ``ratio`` is the memory
 limit over the stage's peak at the largest size (>= 1: it fits). The ``tasks`` line also gives the task's
-own SQL, which DuckDB runs, and the rest of the stage, fourdb's own work, each with its seconds at the
-largest size and its exponent (``sql_*``, ``rest_*``).
+own SQL, which DuckDB runs (``window_labels``: the query, its result fetched and its columns named), and
+the rest of the stage, fourdb's own work, each with its seconds at the largest size and its exponent
+(``sql_*``, ``rest_*``).
 """
 from __future__ import annotations
 
@@ -81,9 +82,9 @@ def run_one(users: int, cache: Path) -> None:
     from fourdb.rdb import Database
     from fourdb.run import graph_inputs, subsample
     from fourdb.tasks import load_task
-
-    materialize = importlib.import_module("fourdb.tasks.materialize")  # the module (the package exports a function of that name)
     from fourdb.train.trainer import TrainerConfig
+
+    materialize = importlib.import_module("fourdb.tasks.materialize")  # the module: the package exports a function so named
 
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
         cfg = compose("config", overrides=["dataset=synthetic", f"dataset.params.size={users}", "task=taste",
