@@ -1,8 +1,9 @@
 """The DFS compiler: a feature plan turned into steps over DuckDB temp tables.
 
-SQL computes keys, lookups, joins and groupings; running aggregates hand their child's sorted rows to
-the vectorized prefix scans of ``scan``; the seed-level results are fetched as Arrow tables and
-gathered at the end.
+SQL computes keys, lookups, joins and groupings; a running aggregate finds its child's rows and their
+features in numpy (from the parent row ids and the tables' own columns) and hands them to the
+vectorized prefix scans of ``scan``; the seed-level results are fetched as Arrow tables and gathered
+at the end.
 """
 from __future__ import annotations
 
