@@ -88,6 +88,12 @@ class RowLookup:
         return np.where(inside, self.table[np.where(inside, at, 0)], -1)
 
 
+def take_rows(values: pd.Series, rows: np.ndarray):
+    """The values at row positions ``rows``, without the index a ``Series.take`` would build: a numpy array,
+    or the column's own extension array."""
+    return values.to_numpy()[rows] if isinstance(values.dtype, np.dtype) else values.array.take(rows)
+
+
 def _coerce_column(table: Table, name: str, dtype: str, values: pd.Series) -> pd.Series:
     """Convert a raw column to its declared dtype, or raise naming the first value that does not fit."""
     where = f"table '{table.name}', column '{name}'"

@@ -28,7 +28,7 @@ import pandas as pd
 
 from fourdb.errors import TaskError
 from fourdb.rdb import Database
-from fourdb.rdb.database import RowLookup
+from fourdb.rdb.database import RowLookup, take_rows
 from fourdb.rdb.schema import Schema, Table
 from fourdb.tasks.spec import TaskSpec, find_task
 
@@ -204,8 +204,7 @@ def _sorted_seeds(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     def gathered(name):
         if name == "split":
             return _SPLIT_NAMES[codes[order]]
-        col = frame[name]
-        return col.to_numpy()[order] if isinstance(col.dtype, np.dtype) else col.array.take(order)
+        return take_rows(frame[name], order)
     return pd.DataFrame({c: gathered(c) for c in columns}, copy=False)
 
 

@@ -20,9 +20,9 @@ How it runs: every (row, cutoff) pair a seed reaches is a query row, and each st
 query sets (no per-seed loop): DuckDB SQL for keys, lookups, joins and groupings. Aggregates over a
 child whose features are fixed per row (its own columns and lookups of parents never newer than it)
 are *running* aggregates: the child's rows (up to the parent's latest cutoff) are found from the parent
-row ids and sorted per parent in time order in numpy, a sorted search (an ASOF match) finds for each (parent, cutoff) its last row at or before
-the cutoff, and vectorized prefix scans (numpy/pandas, exact per parent) give the state after those
-rows. That is linear in the child's rows plus the queries whatever the fan-out (``flights -> planes -> flights``
+row ids and sorted per parent in time order in numpy, a sorted search (an ASOF match) finds for each
+(parent, cutoff) its last row at or before the cutoff, and vectorized prefix scans (numpy/pandas, exact
+per parent) give the state after those rows. That is linear in the child's rows plus the queries whatever the fan-out (``flights -> planes -> flights``
 over every flight of the year). A child whose own features depend on the cutoff (an aggregate below
 it, depth 3) is joined to its visible rows and grouped by (parent, cutoff) in SQL.
 

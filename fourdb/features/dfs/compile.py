@@ -20,7 +20,7 @@ from fourdb.features.dfs.plan import Agg, Lookup, Node, _agg_dtype
 from fourdb.features.dfs.scan import (NS_PER_DAY, _arrow, _compose, _gather, _numpy, _prefix_scan, _time_order,
                                       asof_positions)
 from fourdb.rdb import Database
-from fourdb.rdb.database import RowLookup
+from fourdb.rdb.database import RowLookup, take_rows
 from fourdb.rdb.schema import Table
 
 T_MIN = "TIMESTAMP_NS '1678-01-01 00:00:00'"  # a row without time: always visible
@@ -200,7 +200,7 @@ class _Compiler:
             return self.key_rows[parent.name](keys.iloc[rows])
         out = np.full(len(rows), -1, dtype=np.int64)
         known = rows >= 0
-        out[known] = self.key_rows[parent.name](pd.Series(_take(keys, rows[known]), copy=False))
+        out[known] = self.key_rows[parent.name](pd.Series(take_rows(keys, rows[known]), copy=False))
         return out
 
     def query(self, desc: str, select: str) -> str:
@@ -361,8 +361,7 @@ class _Compiler:
             queries = _arrow(con, f"SELECT qid, k, cutoff FROM {q}")
             qk = _numpy(queries, "k", np.int64)
             cutoff = _numpy(queries, "cutoff", "datetime64[ns]").view(np.int64)
-            rows, k = self.child_rows(child, ag.fk, qk, cutoff)
-            tl = self.times(child, rows)
+            rows, k, tl = self.child_rows(child, ag.fk, qk, cutoff)
             pos = asof_positions(k, tl.view(np.int64), qk, cutoff)  # NaT, the smallest value: always visible
             out = _prefix_scan(k, tl, self.row_features(ag.node, rows), need, dtypes, pos, ag.outputs, cutoff, real)
             ordered = {f"c{m}": out[f"c{m}"] for m in range(len(out))}  # out is in the order outputs were made
@@ -373,33 +372,31 @@ class _Compiler:
         exprs = [f"r.c{m}" for m in range(len(ag.outputs))]  # every query of q has its row in run
         return (f"SELECT m.qid, m.k, m.cutoff, {{outs}} FROM {q} m LEFT JOIN {run} r ON r.qid = m.qid", exprs, run)
 
-    def child_rows(self, child: Table, fk: str, qk: np.ndarray, cutoff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def child_rows(self, child: Table, fk: str, qk: np.ndarray,
+                   cutoff: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The rows of ``child`` whose parent through ``fk`` is among the query keys ``qk``, up to that
         parent's latest cutoff (later rows never reach a query), sorted by (parent, time order): their row
-        numbers and their parents. A slice of the child at a time, so a large child is never copied whole."""
+        numbers, their parents and their times (NaT: none). A slice of the child at a time, so a large
+        child is never copied whole."""
         parents = self.parents_of(child.name, fk)
-        n_parents = len(self.db.tables[self.schema.table(child.column(fk).link_table).name])
+        n_parents = len(self.db.tables[child.column(fk).link_table])
         until = np.full(n_parents + 1, _NEVER)  # each parent's latest cutoff; the last entry: no parent (-1)
         np.maximum.at(until, qk, cutoff)
-        times = self.db.tables[child.name][child.time_column].to_numpy("datetime64[ns]").view(np.int64) \
+        times = self.db.tables[child.name][child.time_column].to_numpy("datetime64[ns]") \
             if child.time_column else None  # NaT is the smallest value: a row without time is always there
         rows = []
         for at in range(0, len(parents), _CHECK_ROWS):
             seen = until[parents[at:at + _CHECK_ROWS]]
             ok = seen > _NEVER
             if times is not None:
-                ok &= times[at:at + _CHECK_ROWS] <= seen
+                ok &= times[at:at + _CHECK_ROWS].view(np.int64) <= seen
             rows.append(np.flatnonzero(ok) + at)
         rows = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
         k = parents[rows].astype(np.int64)
         order = np.lexsort((self.sources[child.name]["__ord"].to_numpy()[rows], k))
-        return rows[order], k[order]
-
-    def times(self, table: Table, rows: np.ndarray) -> np.ndarray:
-        """The time (NaT: none) of ``rows`` of ``table``."""
-        if table.time_column is None:
-            return np.full(len(rows), np.datetime64("NaT"), dtype="datetime64[ns]")
-        return self.db.tables[table.name][table.time_column].to_numpy("datetime64[ns]")[rows]
+        rows = rows[order]
+        tl = times[rows] if times is not None else np.full(len(rows), np.datetime64("NaT"), dtype="datetime64[ns]")
+        return rows, k[order], tl
 
     def row_features(self, node: Node, rids: np.ndarray) -> Callable[[int], np.ndarray | tuple]:
         """Feature ``i`` of ``node`` (own columns and lookups, no aggregates) at its table's rows ``rids``,
@@ -423,10 +420,10 @@ class _Compiler:
             known = rows >= 0
             if node.features[i].dtype == "numeric":
                 out = np.full(len(rows), np.nan)
-                out[known] = self.cast(pd.Series(_take(values, rows[known]), copy=False), "DOUBLE")
+                out[known] = self.cast(pd.Series(take_rows(values, rows[known]), copy=False), "DOUBLE")
                 return out
             codes = np.full(len(rows), -1, dtype=np.int64)
-            codes[known], uniques = pd.factorize(_take(values, rows[known]))
+            codes[known], uniques = pd.factorize(take_rows(values, rows[known]))
             if not (uniques.dtype == object and pd.api.types.infer_dtype(uniques, skipna=False) == "string"):
                 # other values become the strings the base views' CAST gives, and values that give the same
                 # string are one value
@@ -504,8 +501,3 @@ def _feature_paths(node: Node, path: tuple = ()) -> list[tuple[tuple, str, str]]
     for lk in node.lookups:
         out += _feature_paths(lk.node, path + ((node.table, lk.fk),))
     return out
-
-
-def _take(values: pd.Series, rows: np.ndarray):
-    """The values at ``rows``, without the index a ``Series.take`` would build."""
-    return values.to_numpy()[rows] if isinstance(values.dtype, np.dtype) else values.array.take(rows)
