@@ -51,3 +51,9 @@ bench-parallel: $(STAMP)
 # at 16 GB per size (benchmarks/bench_scale.py; the largest size takes a while on 2 cores).
 bench-scale: $(STAMP)
 	DGLBACKEND=pytorch $(BIN)/python benchmarks/bench_scale.py
+
+# The shop tasks' SQL under DuckDB's default and its partitioned hash join, at 1M, 10M and 100M rows: where
+# the tasks stage's growth comes from (benchmarks/task_sql.py).
+.PHONY: bench-task-sql
+bench-task-sql: $(STAMP)
+	$(BIN)/python benchmarks/task_sql.py --users 6849,68493,684931
