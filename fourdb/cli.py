@@ -157,7 +157,7 @@ def _validate(args) -> int:
     from fourdb.tasks.checks import task_report, task_warnings
     from fourdb.utils import progress
 
-    db = Database.load(args.folder)
+    db = Database.load(args.folder, args.allow_outside_paths)
     print(db.summary().to_string(index=False))
     for note in db.notes:
         print(f"warning: {note}")
@@ -190,7 +190,7 @@ def _describe(args) -> int:
 
     dfs = yaml.safe_load((Path(CONF_DIR) / "features" / "dfs.yaml").read_text())  # what features=dfs runs with
     depth = dfs["depth"] if args.depth is None else args.depth
-    db = load_dataset(args.dataset, **_params(args.dataset_param))
+    db = load_dataset(args.dataset, args.allow_outside_paths, **_params(args.dataset_param))
     task = materialize(find_task(args.dataset, args.task), db) if args.task else None
     print(db.summary().to_string(index=False))
     for note in db.notes:
@@ -210,7 +210,8 @@ def _describe(args) -> int:
 def _import(args) -> int:
     from fourdb.rdb.importers import import_database
 
-    report = import_database(args.path, args.out, name=args.name, lenient=args.lenient)
+    report = import_database(args.path, args.out, name=args.name, lenient=args.lenient,
+                             allow_outside_paths=args.allow_outside_paths)
     print(report.format())
     return 0
 
@@ -239,9 +240,15 @@ def _export_dataset(args) -> int:
     from fourdb.leaderboard.cli import _params  # KEY=VALUE as `fourdb leaderboard template` reads them
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
-    for line in export_dataset(args.dataset, args.out, _params(args.dataset_param), tasks):
+    for line in export_dataset(args.dataset, args.out, _params(args.dataset_param), tasks, args.allow_outside_paths):
         print(line)
     return 0
+
+
+def _outside_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-outside-paths", action="store_true",
+                   help="let the folder's files name sources outside it (an absolute path, '..', a symlink out); "
+                        "refused by default, see README 'What fourdb trusts'")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,12 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lenient", action="store_true",
                    help="make values that break their declared type NULL and drop rows with a null or repeated "
                         "declared primary key, counted in warnings (default: stop with an error)")
+    _outside_flag(p)
     p.set_defaults(func=_import)
     p = sub.add_parser("validate", help="check a database folder (schema.yaml plus data files) and its tasks")
     p.add_argument("folder")
     p.add_argument("--task", action="append", metavar="NAME_OR_FILE",
                    help="check this task (a name in FOLDER/tasks or a task file) instead of every task in "
                         "FOLDER/tasks (repeatable)")
+    _outside_flag(p)
     p.set_defaults(func=_validate)
     p = sub.add_parser("describe", help="what every table holds, which columns each model kind reads (and how, or "
                                         "why not), and the schema diagram (SVG and PNG)")
@@ -280,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=".", metavar="FOLDER", help="where the diagram goes (default: here)")
     p.add_argument("--dataset-param", action="append", metavar="KEY=VALUE",
                    help="a built-in dataset parameter, e.g. size=150 (repeatable)")
+    _outside_flag(p)
     p.set_defaults(func=_describe)
     p = sub.add_parser("datasets", help="list the built-in databases and their tasks")
     p.set_defaults(func=_datasets)
@@ -294,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", metavar="A,B", help="these tasks (names or task files) only (default: all)")
     p.add_argument("--dataset-param", action="append", metavar="KEY=VALUE",
                    help="a built-in dataset parameter, e.g. size=150 (repeatable)")
+    _outside_flag(p)
     p.set_defaults(func=_export_dataset)
     from fourdb.leaderboard.cli import add_parser as add_leaderboard
 

@@ -15,3 +15,8 @@ class TaskError(FourdbError):
 
 class DatabaseImportError(FourdbError):
     """A database file or folder cannot be imported (unknown format, no tables, broken declared keys)."""
+
+
+class UntrustedInputError(FourdbError):
+    """Input asked for what input may not do: SQL that is not one query or that reaches for files or settings,
+    a path out of its folder, a pickled object (README, "What fourdb trusts")."""

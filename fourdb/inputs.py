@@ -17,6 +17,7 @@ from fourdb.features.pairs import pair_data
 from fourdb.graph import build_graph
 from fourdb.graph.build import fk_relations
 from fourdb.tasks import Task
+from fourdb.tasks.checks import refuse_nothing_to_learn
 from fourdb.utils import cache_root, stable_hash, to_epoch_ns
 
 log = logging.getLogger("fourdb")
@@ -38,6 +39,7 @@ def subsample(task: Task, max_train: int | None, max_val: int | None, sample_see
             log.info("subsampling %s seeds: %d of %d (config max_%s_seeds)", split, cap, len(frame), split)
             frame = frame.sample(n=cap, random_state=sample_seed).sort_values(["cutoff", "node"]).reset_index(drop=True)
         out[split] = frame
+    refuse_nothing_to_learn(task, out["train"])
     return out
 
 

@@ -180,7 +180,7 @@ def recommend(cfg, out_dir) -> ParallelPlan:
 
     source = cfg.dataset.get("path") or cfg.dataset.name  # a folder path or a built-in name
     spec = find_task(source, cfg.task)
-    db = load_dataset(source, **(cfg.dataset.get("params") or {}))
+    db = load_dataset(source, bool(cfg.dataset.get("allow_outside_paths")), **(cfg.dataset.get("params") or {}))
     task = materialize(spec, db)
     db = task.input_database(db)
     splits = subsample(task, cfg.get("max_train_seeds"), cfg.get("max_val_seeds"))

@@ -174,7 +174,7 @@ def higher_is_better(name: str) -> bool:
 
 
 def compute(name: str, y_true, y_score, y_train=None) -> float:
-    return METRICS.get(name)(y_true, y_score, y_train)
+    return float(METRICS.get(name)(y_true, y_score, y_train))  # plain, as records and checkpoints hold it
 
 
 def evaluate(names: list[str], y_true, y_score, y_train=None) -> dict[str, float]:

@@ -69,7 +69,7 @@ def progress(iterable=None, enabled: bool | None = True, **kwargs):
 DUCKDB_MEMORY_SHARE = 0.25  # of the machine's memory, DuckDB's own limit unless FOURDB_DUCKDB_MEMORY says
 
 
-def duckdb_connect(*args, **kwargs):
+def duckdb_connect(database: str = ":memory:", read_only: bool = False):
     """``duckdb.connect`` whose own progress bar for long queries draws only on a terminal, and whose
     queries stay within a memory limit, spilling to disk beyond it.
 
@@ -77,13 +77,23 @@ def duckdb_connect(*args, **kwargs):
     keeps freed memory; at 100M rows that alone outgrew the machine. The limit is
     ``FOURDB_DUCKDB_MEMORY`` (DuckDB's syntax, e.g. ``8GB``) or a quarter of the machine's memory,
     spilling under ``<cache>/duckdb_spill``; freed memory goes back to the system.
+
+    Every fourdb connection works on frames it registers, so none may reach the file system: external
+    access (file readers and writers, ATTACH, COPY, extensions) is off once the spill folder is set, and
+    cannot be turned back on; Python variables are not scanned by name. A database file given as
+    ``database`` is opened with external access off from the start, so nothing stored in it (a view, a
+    default) can read another file.
     """
     import duckdb
     import psutil
 
     from fourdb.errors import FourdbError
 
-    con = duckdb.connect(*args, **kwargs)
+    closed = {"python_enable_replacements": False, "autoinstall_known_extensions": False,
+              "autoload_known_extensions": False}
+    if database != ":memory:":
+        closed["enable_external_access"] = False
+    con = duckdb.connect(database, read_only=read_only, config=closed)
     try:
         con.execute(f"SET enable_progress_bar = {str(sys.stdout.isatty()).lower()}")
     except duckdb.Error:  # in Jupyter without ipywidgets DuckDB refuses to touch the setting; keep its default
@@ -93,12 +103,13 @@ def duckdb_connect(*args, **kwargs):
         con.execute(f"SET memory_limit = '{limit}'")
     except duckdb.Error as e:
         raise FourdbError(f"FOURDB_DUCKDB_MEMORY={limit!r} is not a DuckDB memory size (e.g. 8GB): {e}") from None
-    if not kwargs.get("read_only"):
-        spill = str(cache_root().resolve() / "duckdb_spill").replace("'", "''")
-        con.execute(f"SET temp_directory = '{spill}'")
     for setting in ("allocator_background_threads = true", "allocator_flush_threshold = '16MB'",
                     "allocator_bulk_deallocation_flush_threshold = '16MB'"):
         con.execute(f"SET {setting}")
+    if database == ":memory:":
+        spill = str(cache_root().resolve() / "duckdb_spill").replace("'", "''")
+        con.execute(f"SET temp_directory = '{spill}'")
+        con.execute("SET enable_external_access = false")
     return con
 
 

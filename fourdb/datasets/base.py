@@ -81,10 +81,11 @@ def dataset_error(name: str) -> FourdbError:
                        f"{did_you_mean(name, DATASETS)} (built-in: {', '.join(sorted(DATASETS))})")
 
 
-def load_dataset(name_or_path: str, **params) -> Database:
-    """A built-in dataset by name, or a database folder by path."""
+def load_dataset(name_or_path: str, allow_outside_paths: bool = False, **params) -> Database:
+    """A built-in dataset by name, or a database folder by path (whose sources stay inside it unless the user
+    passes ``allow_outside_paths``)."""
     path = Path(str(name_or_path))
     if name_or_path not in DATASETS and path.exists():
-        return Database.load(path)
+        return Database.load(path, allow_outside_paths)
     return Database.load(dataset_folder(str(name_or_path), **params))
 

@@ -37,7 +37,7 @@ def shared_timestamps(specs: list[TaskSpec]) -> tuple[pd.Timestamp, pd.Timestamp
 
 
 def export_dataset(dataset: str, out: str | Path, params: dict | None = None,
-                   tasks: list[str] | None = None) -> list[str]:
+                   tasks: list[str] | None = None, allow_outside_paths: bool = False) -> list[str]:
     """Write ``dataset`` (a built-in name or a database folder) and its tasks (all, or these names or task
     files) to ``out``; returns what was done, a line each."""
     out = Path(out)
@@ -53,7 +53,7 @@ def export_dataset(dataset: str, out: str | Path, params: dict | None = None,
     seen = Counter(s.name for s in specs)
     if any(n > 1 for n in seen.values()):
         raise FourdbError(f"two tasks are named '{next(k for k, n in seen.items() if n > 1)}'")
-    db = load_dataset(dataset, **(params or {}))
+    db = load_dataset(dataset, allow_outside_paths, **(params or {}))
     pos = positions(db)
     tables = relbench_tables(db, pos)
     exported, failed = {}, []

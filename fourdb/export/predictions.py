@@ -47,7 +47,7 @@ def export_predictions(run_dir: str | Path, out: str | Path, fmt: str = "relbenc
     spec = find_task(source, cfg["task"])
     if spec.spec_hash != record.get("task_spec_hash"):
         raise FourdbError(f"{run_dir}: task '{spec.name}' has changed since the run, so its test rows may have too")
-    db = load_dataset(source, **(cfg["dataset"].get("params") or {}))
+    db = load_dataset(source, bool(cfg["dataset"].get("allow_outside_paths")), **(cfg["dataset"].get("params") or {}))
     if database_fingerprint(db) != record.get("database_fingerprint"):
         raise FourdbError(f"{run_dir}: database '{record['dataset']}' has changed since the run")
     preds = pd.read_parquet(path)

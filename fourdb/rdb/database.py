@@ -14,6 +14,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from fourdb.errors import SchemaError
+from fourdb.rdb.sandbox import SQLSandbox, inside_folder
 from fourdb.rdb.schema import Column, Schema, Table
 from fourdb.utils import duckdb_connect, naive_utc
 
@@ -24,12 +25,13 @@ def _first_bad(values: pd.Series, bad_mask: pd.Series) -> str:
     return f"value {values.iloc[first]!r} (row {first + 1}; {len(idx)} bad rows)"
 
 
-def _read_source(folder: Path, table: Table) -> tuple[list[str], int, Callable[[str], pd.Series]]:
+def _read_source(folder: Path, table: Table, allow_outside_paths: bool = False
+                 ) -> tuple[list[str], int, Callable[[str], pd.Series]]:
     """A source file's column names, its row count and a reader of one column.
 
     A parquet file is read a column at a time, so loading holds one raw column beside the converted
     table, never the whole table twice (a 100M-row database would not fit otherwise)."""
-    path = folder / table.source
+    path = inside_folder(folder, table.source, f"table '{table.name}', source", allow_outside_paths)
     if not path.exists():
         raise SchemaError(f"table '{table.name}': source file '{table.source}' not found in {folder}")
     suffix = path.suffix.lower()
@@ -137,20 +139,26 @@ class Database:
         self.folder = folder
         self.notes = notes or []  # what loading decided for the user (inherited times), shown by validate
         self._con = None
+        self._sandbox = None
+        self.allow_outside_paths = False
 
     # ---- loading & validation -------------------------------------------
     @classmethod
-    def load(cls, folder: str | Path) -> "Database":
+    def load(cls, folder: str | Path, allow_outside_paths: bool = False) -> "Database":
+        """The database folder's tables, validated. A table's source must be a file inside the folder unless
+        the user opts in with ``allow_outside_paths`` (README, "What fourdb trusts")."""
         folder = Path(folder)
         schema = Schema.load(folder)
-        tables = {t.name: cls._load_table(folder, t) for t in schema.tables}
+        tables = {t.name: cls._load_table(folder, t, allow_outside_paths) for t in schema.tables}
         cls._check_keys(schema, tables)
         notes = inherit_times(schema, tables)
-        return cls(schema, tables, folder, notes)
+        db = cls(schema, tables, folder, notes)
+        db.allow_outside_paths = allow_outside_paths  # a task's files (candidates) are held to the same rule
+        return db
 
     @staticmethod
-    def _load_table(folder: Path, table: Table) -> pd.DataFrame:
-        names, rows, read = _read_source(folder, table)
+    def _load_table(folder: Path, table: Table, allow_outside_paths: bool = False) -> pd.DataFrame:
+        names, rows, read = _read_source(folder, table, allow_outside_paths)
         if rows == 0:
             raise SchemaError(f"table '{table.name}': source '{table.source}' has no rows")
         missing = [c for c in table.column_names if c not in names]
@@ -236,7 +244,20 @@ class Database:
         return self._con
 
     def sql(self, query: str) -> pd.DataFrame:
+        """Your own SQL over the tables (a notebook's). SQL from a file goes through ``query``."""
         return self.con.execute(query).df()
+
+    @property
+    def sandbox(self) -> SQLSandbox:
+        """The DuckDB instance that runs SQL from task files and manifests: the tables and nothing else."""
+        if self._sandbox is None:
+            self._sandbox = SQLSandbox(self.tables)
+        return self._sandbox
+
+    def query(self, sql: str, where: str, relations: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+        """SQL from a file (``where`` names it), run in the sandbox: one query over the tables and
+        ``relations``; anything else raises ``UntrustedInputError`` before it runs."""
+        return self.sandbox.query(sql, where, relations)
 
     def time_of(self, table: str) -> np.ndarray | None:
         """Each row's known-at time as datetime64[ns], or None for a table without a time column."""
@@ -253,7 +274,9 @@ class Database:
                 times = df[t.time_column]
                 df = df[times.isna() | (times <= cutoff)]
             tables[t.name] = df.reset_index(drop=True)
-        return Database(self.schema, tables, self.folder, self.notes)
+        db = Database(self.schema, tables, self.folder, self.notes)
+        db.allow_outside_paths = self.allow_outside_paths
+        return db
 
     @property
     def max_time(self) -> pd.Timestamp:

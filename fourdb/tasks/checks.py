@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from fourdb.errors import TaskError
 from fourdb.tasks.materialize import SPLITS, Task
 
 QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -86,3 +87,19 @@ def task_report(task: Task) -> str:
     parts.append(f"metrics {', '.join(spec.metrics)}")
     stats = split_stats(task).to_string(index=False)
     return f"task {spec.name}: {'; '.join(parts)}\n{stats}"
+
+
+def refuse_nothing_to_learn(task: Task, train: pd.DataFrame) -> None:
+    """Stop before training when the seeds a run trains on cannot teach anything: none at all, or a label
+    that never changes (every model would fit a constant and the metrics be undefined)."""
+    name, kind = task.spec.name, task.spec.task_type
+    if train.empty:
+        raise TaskError(f"task '{name}': the train split has no seeds; nothing to learn (check timestamps and "
+                        f"fourdb validate)")
+    if kind == "recommendation":
+        return
+    labels = train["label"].dropna()
+    if labels.nunique() <= 1:
+        value = labels.iloc[0] if len(labels) else None
+        raise TaskError(f"task '{name}': in the train split ({len(train)} seeds) the label is always {value!r}; "
+                        f"nothing to learn (fourdb validate {task.spec.dataset or 'FOLDER'} shows the splits)")

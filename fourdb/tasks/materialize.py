@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from fourdb.errors import TaskError
+from fourdb.errors import FourdbError, TaskError
 from fourdb.rdb import Database
 from fourdb.rdb.database import RowLookup, take_rows
+from fourdb.rdb.sandbox import inside_folder
 from fourdb.rdb.schema import Schema, Table
 from fourdb.tasks.spec import TaskSpec, find_task
 
@@ -315,18 +315,14 @@ def window_labels(spec: TaskSpec, db: Database, times) -> pd.DataFrame:
     ``entity``, ``cutoff``, ``label`` and ``label_known_at`` (when the window closes)."""
     names = {"entity": db.schema.table(spec.entity_table).primary_key, "cutoff": "cutoff", "label": "label",
              **spec.output}
-    sql = spec.sql.replace("{window}", f"INTERVAL '{spec.window}'").replace("{timedelta}", str(pd.Timedelta(spec.window)))
-    con = db.con
     times = pd.to_datetime(pd.Series(list(times), dtype="datetime64[ns]")).astype("datetime64[ns]")
-    con.register("cutoffs", pd.DataFrame({"cutoff": times}))
-    con.register("timestamps", pd.DataFrame({"timestamp": times}))
+    relations = {"cutoffs": pd.DataFrame({"cutoff": times}), "timestamps": pd.DataFrame({"timestamp": times})}
     try:
-        out = con.execute(sql).df()
+        out = db.query(spec.query_sql, f"{spec.origin or f'task {spec.name!r}'}, sql", relations)
+    except FourdbError:
+        raise
     except Exception as e:  # noqa: BLE001 - a broken task SQL is a user error
         raise TaskError(f"task '{spec.name}': SQL failed: {str(e).splitlines()[0]}") from None
-    finally:
-        con.unregister("cutoffs")
-        con.unregister("timestamps")
     missing = [c for c in names.values() if c not in out.columns]
     if missing:
         raise TaskError(f"task '{spec.name}': SQL must return columns {', '.join(names.values())}; "
@@ -384,7 +380,8 @@ def _materialize_links(spec: TaskSpec, db: Database, pk: str) -> pd.DataFrame:
 def _with_candidates(spec: TaskSpec, db: Database, frame: pd.DataFrame) -> pd.DataFrame:
     """Each validation and test query's candidate destination rows, from the task's ``candidates`` file (its
     true destinations among them); a query the file lists nothing for is dropped (it could not be scored)."""
-    path = Path(db.folder or ".") / spec.candidates
+    path = inside_folder(db.folder or ".", spec.candidates, f"{spec.origin or f'task {spec.name!r}'}, candidates",
+                         db.allow_outside_paths)
     if not path.exists():
         raise TaskError(f"task '{spec.name}': candidates file {path} not found")
     try:
@@ -477,11 +474,11 @@ def _materialize_row(spec: TaskSpec, db: Database, pk: str) -> pd.DataFrame:
             raise TaskError(f"task '{spec.name}': table '{table.name}' has no column '{col}'")
     if table.time_column is None:
         raise TaskError(f"task '{spec.name}': table '{table.name}' needs a time_column (when a row's label is known)")
-    where = f"WHERE {spec.where}" if spec.where else ""
-    sql = (f'SELECT "{pk}" AS entity, "{spec.cutoff_column}" AS cutoff, ({spec.label}) AS label, '
-           f'"{table.time_column}" AS label_known_at FROM "{table.name}" {where}')
     try:
-        frame = db.sql(sql)
+        frame = db.query(spec.row_sql(pk, table.name, table.time_column),
+                         f"{spec.origin or f'task {spec.name!r}'}, label and where")
+    except FourdbError:
+        raise
     except Exception as e:  # noqa: BLE001
         raise TaskError(f"task '{spec.name}': label SQL failed: {str(e).splitlines()[0]}") from None
     for col in ("cutoff", "label_known_at"):

@@ -37,6 +37,7 @@ import yaml
 from fourdb.errors import TaskError
 from fourdb.metrics import METRICS, metrics_for
 from fourdb.rdb import Database
+from fourdb.rdb.sandbox import check_query, inside_folder, quote_ident
 from fourdb.rdb.schema import check_keys, did_you_mean
 from fourdb.utils import stable_hash
 
@@ -96,6 +97,19 @@ class TaskSpec:
     description: str = ""
     sanity: bool = False  # a check (e.g. a planted leak that must stay at chance), left out of average ranks
     raw: dict = field(default_factory=dict)
+    origin: str = ""  # the task file (or manifest) it was read from, named by errors
+
+    @property
+    def query_sql(self) -> str:
+        """The task's SQL as it runs: ``{window}`` a DuckDB interval, ``{timedelta}`` its text (RelBench's)."""
+        return self.sql.replace("{window}", f"INTERVAL '{self.window}'").replace(
+            "{timedelta}", str(pd.Timedelta(self.window)))
+
+    def row_sql(self, key: str, table: str, time_column: str) -> str:
+        """A row task's query: every row of ``table`` with its cutoff, its label expression and when it is known."""
+        where = f"WHERE {self.where}" if self.where else ""
+        return (f"SELECT {quote_ident(key)} AS entity, {quote_ident(self.cutoff_column)} AS cutoff, ({self.label}) "
+                f"AS label, {quote_ident(time_column)} AS label_known_at FROM {quote_ident(table)} {where}")
 
     @property
     def metric(self) -> str:
@@ -151,7 +165,7 @@ class TaskSpec:
             raise TaskError(f"{where}: sanity must be true or false, got {sanity!r}")
         table_key = {"entity_window": "entity_table", "recommendation": "source_table"}.get(kind, "table")
         spec = cls(
-            name=need("name"), dataset=raw.get("dataset") or "", kind=kind, task_type=task_type,
+            origin=where, name=need("name"), dataset=raw.get("dataset") or "", kind=kind, task_type=task_type,
             entity_table=need(table_key), timestamps=ts, metrics=_metrics(raw.get("metrics"), task_type, where),
             description=raw.get("description") or "", sanity=bool(sanity), raw=raw,
             remove_columns=_column_pairs(raw.get("remove_columns"), where),
@@ -170,6 +184,7 @@ class TaskSpec:
             if not isinstance(spec.sql, str):
                 raise TaskError(f"{where}: sql must be text (a SELECT over cutoffs), got {spec.sql!r}")
             _duration(spec.window, "window", where)
+            check_query(spec.query_sql, f"{where}, sql")
             if spec.timestamps.get("step") in (None, ""):  # default: one cutoff per window
                 spec.timestamps["step"] = spec.window
             _duration(spec.timestamps["step"], "timestamps.step", where)
@@ -193,6 +208,10 @@ class TaskSpec:
             spec.label, spec.cutoff_column = need("label"), need("cutoff_column")
             spec.where = raw.get("where")
             spec.known_columns = _names(need("known_columns"), "known_columns", where)
+            for key in ("label", "where"):
+                if raw.get(key) is not None and not isinstance(raw[key], str):
+                    raise TaskError(f"{where}: {key} must be a SQL expression (text), got {raw[key]!r}")
+            check_query(spec.row_sql("entity", "t", "time"), f"{where}, label and where")
         elif kind == "autocomplete":
             spec.label = need("label")
             if not isinstance(spec.label, str):
@@ -308,7 +327,7 @@ def find_task(dataset: str, task: str) -> TaskSpec:
         return TaskSpec.load(task)
     folders = (Path(dataset) / "tasks", TASKS_DIR / Path(dataset).name)
     for folder in folders:
-        if (folder / f"{task}.yaml").exists():
-            return TaskSpec.load(folder / f"{task}.yaml")
+        if (folder / f"{task}.yaml").exists():  # a database folder's task file is its own, not a link out
+            return TaskSpec.load(inside_folder(folder, f"{task}.yaml", f"task '{task}'"))
     available = sorted({p.stem for folder in folders for p in folder.glob("*.yaml")})
     raise TaskError(f"no task '{task}' for dataset '{dataset}' (available: {', '.join(available) or 'none'})")

@@ -45,7 +45,7 @@ def load(folder: str | Path | None, key: str | None) -> dict | None:
     if not path.exists():
         return None
     try:
-        state = torch.load(path, map_location="cpu")
+        state = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain values: runs nothing
     except Exception as err:  # a checkpoint is written atomically; anything unreadable is not ours
         log.warning("checkpoint %s is unreadable (%s); starting afresh", path, err)
         return None

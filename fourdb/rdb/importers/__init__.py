@@ -47,6 +47,7 @@ from fourdb.rdb.importers.assemble import assemble
 from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
 from fourdb.rdb.importers.dtypes import infer_dtype
 from fourdb.rdb.importers.keys import infer_foreign_keys, infer_primary_key
+from fourdb.rdb.sandbox import refuse_links_out
 from fourdb.utils import atomic_output, atomic_write_text
 
 __all__ = ["IMPORTERS", "Format", "ImportReport", "SourceTable", "assemble", "import_database", "infer_dtype",
@@ -54,12 +55,13 @@ __all__ = ["IMPORTERS", "Format", "ImportReport", "SourceTable", "assemble", "im
 
 
 def import_database(path: str | Path, out: str | Path, name: str | None = None,
-                    lenient: bool = False) -> ImportReport:
+                    lenient: bool = False, allow_outside_paths: bool = False) -> ImportReport:
     """Convert the database at ``path`` into a fourdb database folder ``out`` (which must not exist or be empty).
 
     ``lenient``: values that do not fit their declared type become NULL and rows with a null or repeated
     declared primary key are dropped (the first of each key kept), counted in the report's warnings,
-    where otherwise they are errors.
+    where otherwise they are errors. A folder's files, and the files it names, must lie inside it unless
+    ``allow_outside_paths`` (the user's own opt-in).
     """
     path, out = Path(path), Path(out)
     if not path.exists():
@@ -71,7 +73,9 @@ def import_database(path: str | Path, out: str | Path, name: str | None = None,
     kind, fmt = next(((kind, f) for kind, f in offered if f.detect(path)), (None, None))
     if fmt is None:
         raise DatabaseImportError(_unrecognised(path, [f for _, f in offered]))
-    report = ImportReport(str(path), kind)
+    if path.is_dir():
+        refuse_links_out(path, allow_outside_paths)
+    report = ImportReport(str(path), kind, allow_outside_paths=allow_outside_paths)
     sources, tasks, dname = fmt.read(path, report)
     if not sources:
         raise DatabaseImportError(f"{path}: the database has no tables")

@@ -43,6 +43,7 @@ class ImportReport:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # what a lenient import dropped or made NULL
     guessed_time: set[str] = field(default_factory=set)
+    allow_outside_paths: bool = False  # the user's opt-in: files the source names may lie outside it
 
     def format(self) -> str:
         lines = [f"imported {self.source} ({self.kind}) -> {self.out}: {len(self.schema.tables)} tables"]

@@ -70,6 +70,13 @@ def _check_declared_types(t: SourceTable, lenient: bool, report: ImportReport) -
             if values.dtype != object:  # a numeric, date or interval dtype cannot hold text
                 continue
             parsed, problem = pd.to_numeric(values, errors="coerce"), "is not numeric"
+            if values.notna().any() and parsed.isna().all():
+                # SQLite keeps text in a numeric column by design (its type affinity): with no number at all,
+                # the declaration says nothing about the values, which keep the type they have
+                report.warnings.append(f"table '{t.name}', column '{col}': declared {sql_type} but holds no number "
+                                       f"({int(values.notna().sum())} text values, e.g. "
+                                       f"{values.dropna().iloc[0]!r}); imported as the type its values have")
+                continue
         elif col in keys:  # keys keep their values; a date-valued key is compared as written
             continue
         else:

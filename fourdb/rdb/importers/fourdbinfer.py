@@ -5,17 +5,20 @@ becomes a fourdb task over a table of its samples (see ``samples``).
 """
 from __future__ import annotations
 
+import pickle
 import re
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import yaml
 
-from fourdb.errors import DatabaseImportError
+from fourdb.errors import DatabaseImportError, FourdbError, UntrustedInputError
 from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
 from fourdb.rdb.importers.dtypes import _parse_datetimes
 from fourdb.rdb.importers.samples import _samples_task
+from fourdb.rdb.sandbox import inside_folder
 
 DBB_DTYPES = {"float": "numeric", "category": "category", "datetime": "datetime", "text": "text",
               "timestamp": "datetime"}
@@ -23,8 +26,8 @@ DBB_METRICS = {"auroc": "auroc", "ap": "average_precision", "accuracy": "accurac
                "mse": "rmse", "r2": "r2"}
 
 
-def _load_dbb_table(folder: Path, source: str, fmt: str, where: str) -> dict[str, np.ndarray]:
-    path = folder / source
+def _load_dbb_table(folder: Path, source: str, fmt: str, where: str, report: ImportReport) -> dict[str, np.ndarray]:
+    path = inside_folder(folder, source, f"{where}, source", report.allow_outside_paths)
     if not path.exists():
         raise DatabaseImportError(f"{where}: source file '{source}' not found in {folder}")
     try:
@@ -32,11 +35,63 @@ def _load_dbb_table(folder: Path, source: str, fmt: str, where: str) -> dict[str
             df = pd.read_parquet(path)
             return {c: df[c].to_numpy() for c in df.columns}
         if fmt == "numpy":
-            with np.load(path, allow_pickle=True) as npz:
-                return {k: npz[k] for k in npz.files}
+            return load_plain_npz(path, where)
+    except FourdbError:
+        raise
     except Exception as e:  # noqa: BLE001 - any reader failure is a bad file
         raise DatabaseImportError(f"{where}: cannot read '{source}': {e}") from None
     raise DatabaseImportError(f"{where}: unknown format '{fmt}' (expected parquet or numpy)")
+
+
+# What a pickled array of plain values needs to be rebuilt, and nothing else: an array holding any other
+# object names another global (its class, or a function to call) and is refused before it is made.
+_ARRAY_GLOBALS = {(m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray")
+                  for n in ("_reconstruct", "scalar")} | {("numpy", "ndarray"), ("numpy", "dtype")}
+PLAIN_TYPES = (str, bytes, int, float, bool, np.number, np.bool_, type(None))
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) in _ARRAY_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it holds a {module}.{name} object")
+
+
+def load_plain_npz(path: Path, where: str) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file, without running anything it holds: numeric arrays as numpy reads them
+    with pickling off, and object arrays (4DBInfer's strings and categories) through an unpickler that
+    rebuilds arrays of plain values (str, bytes, numbers, None) only. Anything else is refused in one line
+    naming the file and the column."""
+    out = {}
+    with np.load(path, allow_pickle=False) as npz, zipfile.ZipFile(path) as zf:
+        for key in npz.files:
+            try:
+                out[key] = npz[key]
+                continue
+            except ValueError:  # an object array: pickled
+                pass
+            with zf.open(f"{key}.npy") as f:
+                version = np.lib.format.read_magic(f)
+                shape, _, dtype = np.lib.format._read_array_header(f, version)
+                if not dtype.hasobject:
+                    raise DatabaseImportError(f"{where}: {path.name}, column '{key}': unreadable array")
+                try:
+                    arr = _ArrayUnpickler(f).load()
+                except Exception as e:  # noqa: BLE001 - refused or broken: either way not plain values
+                    raise UntrustedInputError(f"{where}: {path.name}, column '{key}': not an array of plain values "
+                                              f"(str, bytes, numbers, None): {e}; not loaded") from None
+            if not isinstance(arr, np.ndarray) or arr.shape != shape:
+                raise UntrustedInputError(f"{where}: {path.name}, column '{key}': not an array of plain values; "
+                                          f"not loaded")
+            bad = next((v for v in arr.ravel() if not isinstance(v, PLAIN_TYPES)), _NONE)
+            if bad is not _NONE:
+                raise UntrustedInputError(f"{where}: {path.name}, column '{key}': holds a {type(bad).__name__}, not "
+                                          f"a plain value (str, bytes, numbers, None); not loaded")
+            out[key] = arr
+    return out
+
+
+_NONE = object()
 
 
 def _dbb_frame(data: dict[str, np.ndarray], columns: list[dict], where: str,
@@ -78,7 +133,7 @@ def _read_4dbinfer(folder: Path, report: ImportReport) -> tuple[list[SourceTable
     for i, tm in enumerate(meta["tables"]):
         tname = str(tm.get("name", f"table{i + 1}"))
         where = f"table '{tname}'"
-        data = _load_dbb_table(folder, str(tm.get("source", "")), tm.get("format", "parquet"), where)
+        data = _load_dbb_table(folder, str(tm.get("source", "")), tm.get("format", "parquet"), where, report)
         frame, dtypes, links = _dbb_frame(data, tm.get("columns") or [], where, report)
         pks = [str(c["name"]) for c in tm.get("columns") or [] if c.get("dtype") == "primary_key"]
         fks = {}
@@ -140,8 +195,8 @@ def _dbb_task(folder: Path, tm: dict, sources: dict[str, SourceTable], dname: st
             return None
     splits = {}
     for split, fourdb_split in (("train", "train"), ("validation", "val"), ("test", "test")):
-        data = _load_dbb_table(folder, str(tm["source"]).format(split=split), tm.get("format", "parquet"),
-                               f"4DBInfer task '{name}'")
+        data = _load_dbb_table(folder, str(tm["source"]).replace("{split}", split), tm.get("format", "parquet"),
+                               f"4DBInfer task '{name}'", report)
         frame, dtypes, _ = _dbb_frame(data, cols, f"4DBInfer task '{name}'", report)
         splits[fourdb_split] = frame
     task_type = tm.get("task_type")
@@ -193,8 +248,8 @@ def _retrieval_task(folder: Path, tm: dict, sources: dict[str, SourceTable], dna
     label = tm.get("key_prediction_label_column") or "label"
     splits = {}
     for split, ours in (("train", "train"), ("validation", "val"), ("test", "test")):
-        data = _load_dbb_table(folder, str(tm["source"]).format(split=split), tm.get("format", "parquet"),
-                               f"4DBInfer task '{name}'")
+        data = _load_dbb_table(folder, str(tm["source"]).replace("{split}", split), tm.get("format", "parquet"),
+                               f"4DBInfer task '{name}'", report)
         missing = [c for c in (source_key, target, tcol) if c not in data]
         if missing or (ours != "train" and label not in data):
             report.notes.append(f"{skip} its {split} rows lack column(s) {', '.join(missing or [label])}")

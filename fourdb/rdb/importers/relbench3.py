@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from fourdb.errors import DatabaseImportError
+from fourdb.errors import DatabaseImportError, FourdbError
 from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, Imported, SourceTable
 from fourdb.rdb.importers.samples import _samples_task
+from fourdb.rdb.sandbox import SQLSandbox
 from fourdb.tasks.spec import DEFAULT_METRICS
-from fourdb.utils import duckdb_connect
 
 MANIFEST = "manifest.yaml"
 KINDS = ("forecast", "autocomplete", "external")
@@ -263,20 +263,18 @@ def _check_sql(tm: dict, tfile: Path, frames: dict) -> None:
     sql = tm["sql"]
     if not isinstance(sql, str):
         raise DatabaseImportError(f"{tfile}, sql: expected the text of a query, got {type(sql).__name__}")
-    con = duckdb_connect()
+    sandbox = SQLSandbox(frames)  # the manifest's SQL is input: one query over the tables, nothing else
     try:
-        con.register("timestamps", pd.DataFrame({"timestamp": pd.Series([], dtype="datetime64[ns]")}))
-        for name, df in frames.items():
-            con.register(name, df)
+        empty = {"timestamps": pd.DataFrame({"timestamp": pd.Series([], dtype="datetime64[ns]")})}
         try:
-            rel = con.sql(sql.replace("{timedelta}", str(pd.Timedelta(tm["timedelta"]))))
+            columns = sandbox.columns(sql.replace("{timedelta}", str(pd.Timedelta(tm["timedelta"]))),
+                                      f"{tfile}, sql", empty)
+        except FourdbError:
+            raise
         except Exception as e:  # noqa: BLE001 - any DuckDB error is a broken query
             raise DatabaseImportError(f"{tfile}, sql: the SQL failed: {str(e).splitlines()[0]}") from None
-        if rel is None:
-            raise DatabaseImportError(f"{tfile}, sql: not a query (it returns no rows)")
-        columns = list(rel.columns)
     finally:
-        con.close()
+        sandbox.close()
     link = tm["task_type"] == "recommendation"
     fields = ("src_entity_col", "time_col", "dst_entity_col") if link else ("entity_col", "time_col", "target_col")
     for field in fields:
