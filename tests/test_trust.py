@@ -483,3 +483,43 @@ def test_records_are_json_only(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and "not valid JSON" in err and "\n" not in err
     assert not (tmp_path / "ran.txt").exists() and not (tmp_path / "boards").exists()
+
+
+@pytest.mark.parametrize("field,value", [("task", "../../elsewhere/secret.yaml"), ("dataset", "/etc"),
+                                         ("task", "x.yaml"), ("dataset", "..")])
+def test_a_record_names_its_task_it_does_not_point_at_files(tmp_path, field, value):
+    from fourdb.leaderboard.schema import SCHEMA_VERSIONS, RecordError, validate_record
+
+    record = {"record_version": max(SCHEMA_VERSIONS), "dataset": "synthetic", "task": "taste", "task_spec_hash": "h",
+              "task_type": "binary", "metric": "auroc", "model": "gbdt", "inputs": {}, "seed": 0,
+              "metrics": {"test": {"auroc": 0.5}}, "num_seeds": {"test": 10}, "wall_seconds": 1.0, "peak_memory_mb": 1.0,
+              "config": {}, "packages": {}, "git_commit": None, "hardware": {}}
+    validate_record(dict(record), "r.json")
+    record[field] = value
+    with pytest.raises(RecordError, match=f"field '{field}' must be a name, not a path"):
+        validate_record(record, "r.json")
+
+
+def test_relbench3_names_are_no_paths(tmp_path):
+    """A manifest's table and task names become file names: none may walk out of a folder."""
+    pytest.importorskip("relbench", minversion="3")
+    from test_relbench_import import write_folder
+
+    src = write_folder(tmp_path / "rel-a", tasks=("user-churn",))
+    manifest = src / "tasks" / "user-churn" / "manifest.yaml"
+    raw = yaml.safe_load(manifest.read_text())
+    raw["name"] = "../../../pwned"
+    manifest.write_text(yaml.safe_dump(raw))
+    with pytest.raises(UntrustedInputError, match="task name '../../../pwned' is not a plain name"):
+        import_database(src, tmp_path / "out")
+    assert not list(tmp_path.rglob("pwned*")) and not (tmp_path / "out").exists()
+
+    src = write_folder(tmp_path / "rel-b", tasks=())
+    (src / "db" / "items.parquet").rename(tmp_path / "items.parquet")
+    raw = yaml.safe_load((src / "manifest.yaml").read_text())
+    raw["tables"]["../../items"] = raw["tables"].pop("items")
+    raw["tables"]["events"]["fkeys"]["item_id"] = "../../items"
+    (src / "manifest.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(UntrustedInputError, match=r"tables.../../items: 'db/../../items.parquet' is outside the "
+                                                  r"folder"):
+        import_database(src, tmp_path / "out")

@@ -96,6 +96,10 @@ def validate_record(record, where: str = "record") -> dict:
     for name in ("dataset", "task", "task_spec_hash", "model", "metric"):
         if not record[name].strip():
             raise RecordError(f"{where}: field '{name}' is empty")
+    for name in ("dataset", "task"):  # a record names its task, it does not point at files to read
+        value = record[name]
+        if value in (".", "..") or any(c in value for c in "/\\\0") or value.endswith((".yaml", ".yml")):
+            raise RecordError(f"{where}: field '{name}' must be a name, not a path ({value!r:.60}); not allowed")
     if record["task_type"] not in TASK_TYPES:
         raise RecordError(f"{where}: task_type must be one of {', '.join(TASK_TYPES)}, got '{record['task_type']}'")
     from fourdb.metrics import METRICS

@@ -254,6 +254,12 @@ class Database:
             self._sandbox = SQLSandbox(self.tables)
         return self._sandbox
 
+    def reset_sandbox(self, settings: dict | None = None) -> None:
+        """A new sandbox with fourdb's own DuckDB ``settings`` (a benchmark's), set before it is locked."""
+        if self._sandbox is not None:
+            self._sandbox.close()
+        self._sandbox = SQLSandbox(self.tables, settings)
+
     def query(self, sql: str, where: str, relations: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
         """SQL from a file (``where`` names it), run in the sandbox: one query over the tables and
         ``relations``; anything else raises ``UntrustedInputError`` before it runs."""

@@ -36,12 +36,13 @@ Everything is written to a temporary folder beside ``out``, loaded back through 
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-from fourdb.errors import DatabaseImportError, FourdbError
+from fourdb.errors import DatabaseImportError, FourdbError, UntrustedInputError
 from fourdb.rdb.database import Database, write_database
 from fourdb.rdb.importers.assemble import assemble
 from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
@@ -49,6 +50,8 @@ from fourdb.rdb.importers.dtypes import infer_dtype
 from fourdb.rdb.importers.keys import infer_foreign_keys, infer_primary_key
 from fourdb.rdb.sandbox import refuse_links_out
 from fourdb.utils import atomic_output, atomic_write_text
+
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 __all__ = ["IMPORTERS", "Format", "ImportReport", "SourceTable", "assemble", "import_database", "infer_dtype",
            "infer_foreign_keys", "infer_primary_key"]
@@ -79,6 +82,10 @@ def import_database(path: str | Path, out: str | Path, name: str | None = None,
     sources, tasks, dname = fmt.read(path, report)
     if not sources:
         raise DatabaseImportError(f"{path}: the database has no tables")
+    for tname in tasks:  # a task's name becomes a file name in the output folder: nothing that walks out of it
+        if not PLAIN_NAME.fullmatch(str(tname)):
+            raise UntrustedInputError(f"{path}: task name {str(tname)!r:.80} is not a plain name (letters, digits, "
+                                      f"'_', '-', '.'); not allowed")
     schema, frames = assemble(name or dname, sources, fmt.infer_keys, report, lenient)
 
     with atomic_output(out, folder=True) as tmp:

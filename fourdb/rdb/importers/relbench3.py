@@ -24,7 +24,7 @@ import yaml
 from fourdb.errors import DatabaseImportError, FourdbError
 from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, Imported, SourceTable
 from fourdb.rdb.importers.samples import _samples_task
-from fourdb.rdb.sandbox import SQLSandbox
+from fourdb.rdb.sandbox import SQLSandbox, inside_folder
 from fourdb.tasks.spec import DEFAULT_METRICS
 
 MANIFEST = "manifest.yaml"
@@ -127,7 +127,7 @@ def _read_table(path: Path, name: str, spec, where: Path) -> tuple[pd.DataFrame,
     fkeys = spec.get("fkeys") or {}
     if not isinstance(fkeys, dict):
         raise DatabaseImportError(f"{at}.fkeys: expected a mapping of fkey column -> table")
-    file = path / "db" / f"{name}.parquet"
+    file = inside_folder(path, f"db/{name}.parquet", at)  # a table's name is no path out of the folder
     if not file.exists():
         raise DatabaseImportError(f"{at}: no file db/{name}.parquet")
     try:
