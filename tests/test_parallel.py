@@ -16,6 +16,7 @@ from conftest import config
 from fourdb.engine import ddp
 from fourdb.engine.parallel import Profile, choose_nproc, predict, thread_factor
 from fourdb.run import run_experiment
+from fourdb.train import checkpoint
 
 # small synthetic taste, 2 epochs, the same global batch for every process count
 RUN = ["dataset=synthetic", "dataset.params.size=150", "task=taste", "model=sage", "sampler=recent", "trainer=ddp",
@@ -63,7 +64,7 @@ def test_two_processes_reach_the_one_process_answer(one_process, two_processes):
     assert two["distributed"]["shared_graph"]["arrays"] > 10
     # one record, from rank 0; the shared graph is removed once every rank is done
     assert sorted(f.name for f in out.iterdir() if f.suffix == ".json") == ["record.json"]
-    assert not (out / ".shared_graph").exists() and (out / "checkpoint.pt").exists()
+    assert not (out / ".shared_graph").exists() and (out / "checkpoint.npz").exists()
     assert p.stdout.count("synthetic") == 1  # the launching process prints the record once
 
 
@@ -106,8 +107,9 @@ def test_single_process_resumes_from_its_folder(one_process, tmp_path, monkeypat
     cfg = config(*RUN, "trainer.nproc=1")
     with pytest.raises(Killed):
         run_experiment(cfg, tmp_path)
-    state = torch.load(tmp_path / "checkpoint.pt")
+    state = checkpoint.read(checkpoint.path_in(tmp_path))
     assert (state["epoch"], state["step"], state["global_step"]) == (1, 2, 12)
+    assert checkpoint.load(tmp_path, state["key"]) is not None  # what the second run resumes from
     monkeypatch.setattr(torch.optim.AdamW, "step", step)
     rec = run_experiment(cfg, tmp_path)
     assert rec["metrics"]["val"]["auroc"] == pytest.approx(ref["metrics"]["val"]["auroc"], abs=1e-9)

@@ -363,18 +363,21 @@ def test_4dbinfer_plain_object_arrays_still_load(tmp_path):
 
 # ---- checkpoints ------------------------------------------------------------------------------------------
 def test_a_crafted_checkpoint_runs_no_code(tmp_path):
+    """A checkpoint is arrays plus JSON: a pickle (a torch file, or one crafted to run code) is not resumed."""
     from fourdb.train import checkpoint
 
     ran = tmp_path / "ran.txt"
-    with open(checkpoint.path_in(tmp_path), "wb") as f:
-        pickle.dump({"version": 1, "key": "k", "x": Boom(str(ran))}, f)
+    torch.save({"version": 2, "key": "k", "x": Boom(str(ran))}, checkpoint.path_in(tmp_path))
     assert checkpoint.load(tmp_path, "k") is None  # unreadable: starts afresh
+    with zipfile.ZipFile(checkpoint.path_in(tmp_path), "a") as z:  # an npz member holding a pickled object array
+        z.writestr("__meta__.npy", pickle.dumps(np.array([Boom(str(ran))], dtype=object)))
+    assert checkpoint.load(tmp_path, "k") is None
     assert not ran.exists()
 
 
-def test_a_real_checkpoint_loads_without_unpickling_objects(tmp_path):
-    """Everything a checkpoint holds after a finished epoch (history with the validation score, best state,
-    generator states) is tensors and plain values, so it loads with torch's weights-only reader."""
+def test_a_real_checkpoint_round_trips_without_pickle(tmp_path):
+    """Everything a checkpoint holds after finished epochs (history with the validation score, best state,
+    optimizer and generator states) comes back equal, through arrays read with pickling off and JSON."""
     from conftest import config
 
     from fourdb.run import run_experiment
@@ -383,9 +386,19 @@ def test_a_real_checkpoint_loads_without_unpickling_objects(tmp_path):
     cfg = config("dataset=synthetic", "dataset.params.size=150", "task=taste", "model=mlp", "features=single_table",
                  "trainer.epochs=2", "+trainer.checkpoint_every=50", "trainer.patience=5", "max_train_seeds=300")
     run_experiment(cfg, tmp_path)
-    state = torch.load(checkpoint.path_in(tmp_path), weights_only=True)
+    with np.load(checkpoint.path_in(tmp_path), allow_pickle=False) as npz:
+        assert "__meta__" in npz.files and all(npz[k].dtype != object for k in npz.files)
+    state = checkpoint.read(checkpoint.path_in(tmp_path))
     assert state["finished"] and len(state["history"]) == 2
     assert isinstance(state["history"][0]["val_auroc"], float)
+    opt = state["optimizer"]
+    assert set(opt["state"]) == set(range(len(opt["state"]))) and isinstance(opt["param_groups"][0]["betas"], tuple)
+    again = tmp_path / "again"
+    checkpoint.save(again, state)
+    back = checkpoint.read(checkpoint.path_in(again))
+    for name, value in state["model"].items():
+        assert torch.equal(back["model"][name], value) and back["model"][name].dtype == value.dtype
+    assert back["epoch_rng"] == state["epoch_rng"] and back["history"] == state["history"]
 
 
 # ---- SQLite's affinity, and a task with nothing to learn ---------------------------------------------------
