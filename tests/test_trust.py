@@ -536,3 +536,19 @@ def test_relbench3_names_are_no_paths(tmp_path):
     with pytest.raises(UntrustedInputError, match=r"tables.../../items: 'db/../../items.parquet' is outside the "
                                                   r"folder"):
         import_database(src, tmp_path / "out")
+
+
+def test_shared_graph_inputs_from_elsewhere_are_not_unpickled(tmp_path):
+    """A run folder's shared inputs are unpickled only when this machine's fourdb sealed them."""
+    from fourdb.engine import ddp
+
+    folder = tmp_path / "run" / ".shared_graph"
+    manifest = ddp.save_shared({"a": np.arange(5), "b": "x"}, folder, "k")
+    assert ddp.shared_manifest(folder, "k") == manifest
+    got = ddp.load_shared(folder)
+    assert got["b"] == "x" and list(got["a"]) == list(range(5))
+    ran = tmp_path / "ran.txt"
+    (folder / "object.pkl").write_bytes(pickle.dumps(Boom(str(ran))))
+    with pytest.raises(UntrustedInputError, match="not written by fourdb on this machine; not loaded"):
+        ddp.load_shared(folder)
+    assert not ran.exists()

@@ -20,11 +20,15 @@ pages of one file in the page cache that all ranks share. Not shared: what each 
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
 import json
 import logging
 import os
 import pickle
+import secrets
+import time
 import warnings
 from dataclasses import dataclass
 from datetime import timedelta
@@ -34,10 +38,11 @@ from typing import Callable
 import numpy as np
 import torch
 
-from fourdb.utils import atomic_output
+from fourdb.errors import UntrustedInputError
+from fourdb.utils import atomic_output, cache_root
 
 log = logging.getLogger("fourdb")
-SHARED_VERSION = 1
+SHARED_VERSION = 2  # 2: sealed with this machine's key
 SHARE_MIN_BYTES = 1 << 16  # arrays at least this large go to mapped files
 
 
@@ -227,7 +232,7 @@ def save_shared(obj, folder: str | Path, key: str | None = None) -> dict:
         saver.dump(obj)
         (tmp / "object.pkl").write_bytes(buf.getvalue())
         manifest = {"version": SHARED_VERSION, "key": key, "arrays": saver.count, "array_bytes": saver.nbytes,
-                    "pickle_bytes": len(buf.getvalue())}
+                    "pickle_bytes": len(buf.getvalue()), "seal": _seal(buf.getvalue())}
         (tmp / "manifest.json").write_text(json.dumps(manifest))
     return manifest
 
@@ -243,9 +248,34 @@ def shared_manifest(folder: str | Path, key: str | None = None) -> dict | None:
 
 
 def load_shared(folder: str | Path):
+    """The object ``save_shared`` wrote, unpickled only if this machine's fourdb wrote it: a run folder may come
+    from elsewhere, and a pickle there is not to be run."""
     folder = Path(folder)
-    with open(folder / "object.pkl", "rb") as f:
-        return _Loader(f, folder).load()
+    data = (folder / "object.pkl").read_bytes()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    if not hmac.compare_digest(str(manifest.get("seal", "")), _seal(data)):
+        raise UntrustedInputError(f"{folder}: shared graph inputs not written by fourdb on this machine; not loaded "
+                                  f"(delete the folder to rebuild them)")
+    return _Loader(io.BytesIO(data), folder).load()
+
+
+def _seal(data: bytes) -> str:
+    """An HMAC of ``data`` under a key that only this machine's cache holds (made on first use, owner-only)."""
+    path = cache_root() / ".shared_key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_bytes(32))
+        except FileExistsError:  # another rank made it first
+            pass
+    for _ in range(100):  # the rank that creates it may not have written it yet
+        key = path.read_bytes()
+        if len(key) == 32:
+            return hmac.new(key, data, hashlib.sha256).hexdigest()
+        time.sleep(0.05)
+    raise RuntimeError(f"{path}: not a fourdb key")
 
 
 def shared_inputs(build: Callable[[], object], folder: str | Path, ctx: Context, key: str | None = None):
