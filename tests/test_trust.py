@@ -552,3 +552,28 @@ def test_shared_graph_inputs_from_elsewhere_are_not_unpickled(tmp_path):
     with pytest.raises(UntrustedInputError, match="not written by fourdb on this machine; not loaded"):
         ddp.load_shared(folder)
     assert not ran.exists()
+
+
+def test_a_table_named_like_a_relation_survives_a_query():
+    box = SQLSandbox({"cutoffs": pd.DataFrame({"x": [1, 2, 3]})})
+    assert box.query("SELECT count(*) AS n FROM cutoffs", "t", {"cutoffs": pd.DataFrame({"c": [1]})})["n"][0] == 1
+    assert box.query("SELECT count(*) AS n FROM cutoffs", "t")["n"][0] == 3
+
+
+def test_a_duckdb_file_reads_nothing_else(tmp_path, secret):
+    """What a DuckDB file stores (a view over another file, a macro) is never run by import: it is opened
+    with external access off and only its tables are read."""
+    import duckdb
+
+    path = tmp_path / "shop.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE users (user_id INTEGER PRIMARY KEY, signup TIMESTAMP)")
+    con.execute("INSERT INTO users SELECT i, TIMESTAMP '2021-01-01' + i * INTERVAL 1 DAY FROM range(20) t(i)")
+    con.execute(f"CREATE VIEW leak AS SELECT * FROM read_csv('{secret}')")
+    con.execute(f"CREATE MACRO grab() AS TABLE SELECT * FROM read_text('{secret}')")
+    con.close()
+    report = import_database(path, tmp_path / "out")
+    db = Database.load(tmp_path / "out")
+    assert db.schema.table_names == ["users"] and len(db.tables["users"]) == 20
+    assert SECRET not in report.format()
+    assert not any(SECRET.encode() in f.read_bytes() for f in (tmp_path / "out").rglob("*") if f.is_file())

@@ -53,6 +53,7 @@ class SQLSandbox:
         self.con = duckdb_connect()  # external access already off: see duckdb_connect
         for name, value in (settings or {}).items():  # fourdb's own (benchmarks), before the lock
             self.con.execute(f"SET {name} = {value!r}" if isinstance(value, str) else f"SET {name} = {value}")
+        self.tables = tables
         for name, df in tables.items():
             self.con.register(name, df)
         self.con.execute("SET lock_configuration = true")
@@ -83,6 +84,8 @@ class SQLSandbox:
         finally:
             for name in relations:
                 self.con.unregister(name)
+                if name in self.tables:  # a table named like a relation (cutoffs) is the table again
+                    self.con.register(name, self.tables[name])
 
     def close(self) -> None:
         self.con.close()
