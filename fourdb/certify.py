@@ -44,7 +44,7 @@ def cut_at(db: Database, task: Task, cutoff, seeds: np.ndarray, mode: str, rng: 
     """``db`` with the rows newer than ``cutoff`` deleted or scrambled; ``seeds`` (rows of the seed table of
     a row-column task) stay, showing only their known columns."""
     cutoff = pd.Timestamp(cutoff)
-    row_task = task.spec.kind == "row_column"
+    row_task = task.spec.kind.seed_row_after_cutoff
     tables, rows = {}, {}
     for t in db.schema.tables:
         df = db.tables[t.name]

@@ -99,7 +99,7 @@ def rec_inputs(cfg: DictConfig, db, task: Task, splits: dict, kind: str) -> RecD
 
 def run_inputs(cfg: DictConfig, db, task: Task, splits: dict, kind: str):
     """The inputs a model of ``kind`` (its ``input_kind``) reads, and how the run record names them."""
-    if task.spec.task_type == "recommendation":
+    if task.spec.task_type.is_ranking:
         data = rec_inputs(cfg, db, task, splits, kind)
         label = {"features": cfg.features.name} if kind == "pairs" else {"features": "history"} \
             if kind == "interactions" else graph_label(cfg)

@@ -61,14 +61,12 @@ def save_predictions(path: Path, db, task, test: pd.DataFrame, scores) -> None:
     """The test split's keys (``entity``, ``cutoff``) and ``prediction``: P(label=1) for binary, the value
     for regression, class probabilities for multiclass, and for recommendation the destination keys in
     the order predicted. What ``fourdb export`` turns into another benchmark's prediction table."""
-    if task.spec.task_type == "recommendation":
+    keys = None
+    if task.spec.destination_table:
         dst = db.schema.table(task.spec.destination_table)
         keys = db.tables[dst.name][dst.primary_key].to_numpy()
-        rows = [np.asarray(r, np.int64) for r in scores]
-        scores = [keys[r[r >= 0]].tolist() for r in rows]  # -1: fewer destinations than k existed
-    elif task.spec.task_type == "multiclass":
-        scores = [np.asarray(row, float).tolist() for row in scores]
-    out = pd.DataFrame({"entity": test["entity"].to_numpy(), "cutoff": test["cutoff"].to_numpy(), "prediction": scores})
+    out = pd.DataFrame({"entity": test["entity"].to_numpy(), "cutoff": test["cutoff"].to_numpy(),
+                        "prediction": task.spec.task_type.prediction_cells(scores, keys)})
     with atomic_output(path) as tmp:
         out.to_parquet(tmp, index=False)
 
@@ -105,7 +103,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     info = TaskInfo(task.spec.task_type, task.num_classes, task.spec.metric)
     model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
     shared = None
-    if model.input_kind == "graph" and task.spec.task_type != "recommendation":
+    if model.input_kind == "graph" and not task.spec.task_type.is_ranking:
         inputs = graph_label(cfg)
         key = inputs_key(cfg)
         if ctx.distributed or ddp.shared_manifest(shared_folder(cfg, out_dir), key):  # one copy per machine, mapped

@@ -19,7 +19,7 @@ from fourdb.errors import FourdbError
 from fourdb.export.keys import positions
 from fourdb.export.tasks import column_names
 from fourdb.rdb.fingerprint import database_fingerprint
-from fourdb.tasks import WINDOW_KINDS, find_task
+from fourdb.tasks import TaskType, find_task
 from fourdb.utils import atomic_output
 
 FORMATS = ("relbench",)
@@ -40,8 +40,8 @@ def export_predictions(run_dir: str | Path, out: str | Path, fmt: str = "relbenc
     if "predictions" not in record or not path.is_file():
         raise FourdbError(f"{run_dir}: no predictions.parquet (test predictions); runs save them beside their "
                           f"record.json, so run it again")
-    if record.get("task_type") == "multiclass":
-        raise FourdbError(f"{run_dir}: a multiclass task, and RelBench has no evaluator for those")
+    if not _relbench_evaluates(record.get("task_type")):
+        raise FourdbError(f"{run_dir}: a {record['task_type']} task, and RelBench has no evaluator for those")
     cfg = record["config"]
     source = cfg["dataset"].get("path") or cfg["dataset"]["name"]
     spec = find_task(source, cfg["task"])
@@ -62,7 +62,7 @@ def export_predictions(run_dir: str | Path, out: str | Path, fmt: str = "relbenc
         raise FourdbError(f"{path}: entity {bad!r} is not a key of table '{spec.entity_table}'")
     table = pd.DataFrame({names["entity"]: entity,
                           names["cutoff"]: pd.to_datetime(preds["cutoff"]).astype("datetime64[ns]")})
-    if spec.task_type == "recommendation":
+    if spec.task_type.is_ranking:
         table[names["label"]] = [json.dumps(pos.of(spec.destination_table, list(keys))[:spec.eval_k].tolist())
                                  for keys in preds["prediction"]]
     else:
@@ -72,8 +72,15 @@ def export_predictions(run_dir: str | Path, out: str | Path, fmt: str = "relbenc
         table.to_csv(tmp, index=False)
     lines = [f"wrote {out}: {len(table)} test predictions of {record['dataset']}/{spec.name} "
              f"({', '.join(table.columns)})"]
-    if spec.kind in WINDOW_KINDS and spec.rule != "relbench":
+    if spec.kind.has_cutoff_grid and spec.rule != "relbench":
         lines.append(f"note: task '{spec.name}' lays out its cutoffs by fourdb's rule; its RelBench version "
                      f"(fourdb export-dataset) has RelBench's, so this file scores against it only where both "
                      f"give the same test rows")
     return lines
+
+
+def _relbench_evaluates(task_type) -> bool:
+    try:
+        return TaskType(task_type).relbench_evaluates
+    except ValueError:  # not a task type: the record is refused where it is read as one
+        return True

@@ -19,10 +19,10 @@ from fourdb.errors import TaskError
 from fourdb.export.keys import Positions
 from fourdb.rdb import Database, Schema
 from fourdb.rdb.schema import FEATURE_DTYPES
-from fourdb.tasks import WINDOW_KINDS, TaskSpec, materialize
+from fourdb.tasks import TaskSpec, materialize
 from fourdb.tasks.materialize import SPLITS
+from fourdb.tasks.spec import relbench_sql as relbench_template
 
-TASK_TYPES = {"binary": "binary_classification", "regression": "regression", "recommendation": "recommendation"}
 MANIFEST_VERSION = 1
 
 
@@ -39,7 +39,7 @@ def column_names(spec: TaskSpec, schema: Schema) -> dict[str, str]:
     RelBench keeps RelBench's), else the entity table's primary key, ``cutoff`` and ``label``; an autocomplete
     task's are its table's, as RelBench names them: the key, the time column and the column predicted."""
     table = schema.table(spec.entity_table)
-    if spec.kind == "autocomplete":
+    if spec.kind.label_is_column:
         return {"entity": table.primary_key, "cutoff": table.time_column, "label": spec.label}
     return {"entity": table.primary_key, "cutoff": "cutoff", "label": "label", **spec.output}
 
@@ -56,9 +56,9 @@ def _q(name: str) -> str:
 def relbench_sql(spec: TaskSpec, schema: Schema, names: dict[str, str]) -> str:
     """fourdb's task SQL in RelBench's environment: ``cutoffs`` from RelBench's ``timestamps``, the window
     as the interval RelBench substitutes for ``{timedelta}``, and fourdb's seed rules applied to its rows."""
-    body = spec.sql.strip().rstrip(";").replace("{window}", "INTERVAL '{timedelta}'")
+    body = relbench_template(spec.sql)
     entity, cutoff, label = (_q(names[k]) for k in ("entity", "cutoff", "label"))
-    if spec.kind == "recommendation":  # RelBench keeps repeated destinations; fourdb counts each once
+    if spec.task_type.is_ranking:  # RelBench keeps repeated destinations; fourdb counts each once
         value = f"list_sort(list_distinct(CAST(l.{label} AS BIGINT[])))"
     else:
         value = f"l.{label}"
@@ -79,7 +79,7 @@ def forecast(spec: TaskSpec, tables: Database, val, test) -> ExportedTask:
     TaskError when RelBench's cutoffs do not fit the task (too little data before or after them)."""
     names = column_names(spec, tables.schema)
     n = int(spec.timestamps.get("num_eval_timestamps", 1))
-    if spec.kind == "recommendation" and n != 1:
+    if spec.task_type.is_ranking and n != 1:
         raise TaskError(f"task '{spec.name}': RelBench's recommendation tasks have one evaluation window, "
                         f"this one has {n}")
     sql = relbench_sql(spec, tables.schema, names)
@@ -88,7 +88,7 @@ def forecast(spec: TaskSpec, tables: Database, val, test) -> ExportedTask:
     # RelBench computes labels with the task's removed columns gone, so fourdb does too
     task = materialize(TaskSpec.from_dict(raw, f"task '{spec.name}'"), _without(tables, spec.remove_columns))
     keys = task.frame["entity"].to_numpy(np.int64)
-    labels = [np.asarray(v, np.int64) for v in task.frame["label"]] if spec.kind == "recommendation" \
+    labels = [np.asarray(v, np.int64) for v in task.frame["label"]] if spec.task_type.is_ranking \
         else task.frame["label"]
     manifest = {**_head(spec, "forecast"), **_roles(spec, names), "timedelta": spec.window}
     if n != 1:
@@ -105,7 +105,7 @@ def external(spec: TaskSpec, db: Database, pos: Positions) -> ExportedTask:
     task = materialize(spec, db)
     names = column_names(spec, db.schema)
     keys = pos.of_rows(spec.entity_table, task.frame["node"])
-    if spec.kind == "recommendation":
+    if spec.task_type.is_ranking:
         labels = [np.sort(pos.of_rows(spec.destination_table, v)) for v in task.frame["label"]]
     else:
         labels = task.frame["label"]
@@ -128,7 +128,7 @@ def external(spec: TaskSpec, db: Database, pos: Positions) -> ExportedTask:
 
 
 def _roles(spec: TaskSpec, names: dict[str, str]) -> dict:
-    if spec.kind == "recommendation":
+    if spec.task_type.is_ranking:
         return {"src_entity_table": spec.entity_table, "src_entity_col": names["entity"],
                 "dst_entity_table": spec.destination_table, "dst_entity_col": names["label"],
                 "eval_k": spec.eval_k, "time_col": names["cutoff"]}
@@ -137,7 +137,7 @@ def _roles(spec: TaskSpec, names: dict[str, str]) -> dict:
 
 
 def _head(spec: TaskSpec, kind: str) -> dict:
-    head = {"name": spec.name, "kind": kind, "task_type": TASK_TYPES[spec.task_type]}
+    head = {"name": spec.name, "kind": kind, "task_type": spec.task_type.relbench_name}
     if spec.description:
         head["description"] = spec.description.strip()
     return head
@@ -166,9 +166,9 @@ def _without(db: Database, columns) -> Database:
 
 
 def convertible(spec: TaskSpec) -> bool:
-    return spec.task_type in TASK_TYPES
+    return spec.task_type.relbench_evaluates
 
 
 def as_forecast(spec: TaskSpec, val, test) -> bool:
     ts = spec.timestamps
-    return spec.kind in WINDOW_KINDS and pd.Timestamp(ts["val"]) == val and pd.Timestamp(ts["test"]) == test
+    return spec.kind.has_cutoff_grid and pd.Timestamp(ts["val"]) == val and pd.Timestamp(ts["test"]) == test

@@ -33,8 +33,7 @@ def pair_data(data: RecData, db: Database, task: Task, splits: dict, features: s
                   inter.rank(data.seeds[s], data.cutoffs[s], c, repeat_score(inter)) for s in splits}
     source = build_table_features(features, db, task, splits, **params)
     # each candidate's own row at its seed's cutoff: a task over the destination table, one seed per distinct pair
-    dst_task = Task(dataclasses.replace(task.spec, entity_table=task.spec.destination_table, kind="entity_window"),
-                    pd.DataFrame())
+    dst_task = Task(task.spec.for_destinations(), pd.DataFrame())
     pairs, distinct = {}, {}
     for s, f in splits.items():
         cand = candidates[s]

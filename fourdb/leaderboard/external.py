@@ -44,9 +44,7 @@ def _load(dataset: str, task: str, params: dict | None = None):
 
 
 def prediction_columns(task) -> list[str]:
-    if task.spec.task_type == "multiclass":
-        return [f"class_{i}" for i in range(task.num_classes)]
-    return ["prediction"]
+    return task.spec.task_type.prediction_columns(task.num_classes)
 
 
 def _format_cutoff(values: pd.Series) -> pd.Series:
@@ -126,13 +124,13 @@ def read_predictions(path: str | Path, task, test: pd.DataFrame) -> np.ndarray:
             raise RecordError(f"{name}: line {line[first]}: {col} is {repr(value) if value else 'empty'}, "
                               f"not a finite number")
         values[:, j] = v.to_numpy(dtype=float)
-    if task.spec.task_type in ("binary", "multiclass"):
+    if task.spec.task_type.is_classification:
         out = (values < 0) | (values > 1)
         if out.any():
             i, j = np.argwhere(out)[0]
             raise RecordError(f"{name}: line {line.iloc[i]}: {cols[j]} {values[i, j]:g} is outside [0, 1] "
                               f"(a probability)")
-    if task.spec.task_type == "multiclass":
+    if task.spec.task_type.per_class:
         off = np.abs(values.sum(1) - 1) > PROB_TOLERANCE
         if off.any():
             i = int(np.flatnonzero(off)[0])

@@ -30,6 +30,7 @@ import pandas as pd
 
 from fourdb.leaderboard.schema import protocol_label
 from fourdb.metrics import higher_is_better
+from fourdb.tasks.types import TaskType
 from fourdb.leaderboard.store import current_spec_hash, leaderboard_root, load_all, task_spec
 from fourdb.utils import atomic_write_bytes, atomic_write_text
 
@@ -40,8 +41,7 @@ RANK_RULE = ("Average rank, per family: over the family's tasks on each dataset'
              "some of the tasks are listed below the table, not ranked.")
 DIRTY_NOTE = "made with uncommitted code changes"
 
-BOARDS = {"classification": ("binary", "multiclass"), "regression": ("regression",),
-          "recommendation": ("recommendation",)}
+BOARDS = tuple(dict.fromkeys(t.family for t in TaskType))  # classification, regression, recommendation
 
 DUCKDB_SQL = ("SELECT dataset, task, model, avg(metrics.test.auroc) AS auroc "
               "FROM read_json_auto('leaderboards/*/*.jsonl') GROUP BY ALL ORDER BY ALL")
@@ -193,8 +193,8 @@ def table_name(t: dict) -> str:
 def average_ranks(tables: list[dict]) -> dict[str, Ranking]:
     """Per board family (classification, regression, recommendation): average ranks over the tasks all ranked methods ran."""
     out = {}
-    for board, types in BOARDS.items():
-        family = [t for t in tables if t["task_type"] in types]
+    for board in BOARDS:
+        family = [t for t in tables if TaskType(t["task_type"]).family == board]
         if not family:
             continue
         counted = [t for t in family if not t.get("sanity") and not t["protocol"]]

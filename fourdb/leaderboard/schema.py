@@ -13,10 +13,10 @@ import math
 from numbers import Real
 
 from fourdb.errors import FourdbError
+from fourdb.tasks.types import TASK_TYPES, TaskType
 from fourdb.utils import stable_hash
 
 SCHEMA_VERSIONS = (1,)
-TASK_TYPES = ("binary", "multiclass", "regression", "recommendation")
 # config keys that change nothing about the result, left out of the config hash
 CONFIG_IGNORED = ("seed", "trainer.progress", "certify")
 
@@ -100,8 +100,11 @@ def validate_record(record, where: str = "record") -> dict:
         value = record[name]
         if value in (".", "..") or any(c in value for c in "/\\\0") or value.endswith((".yaml", ".yml")):
             raise RecordError(f"{where}: field '{name}' must be a name, not a path ({value!r:.60}); not allowed")
-    if record["task_type"] not in TASK_TYPES:
-        raise RecordError(f"{where}: task_type must be one of {', '.join(TASK_TYPES)}, got '{record['task_type']}'")
+    try:
+        TaskType(record["task_type"])
+    except ValueError:
+        raise RecordError(f"{where}: task_type must be one of {', '.join(TASK_TYPES)}, got "
+                          f"'{record['task_type']}'") from None
     from fourdb.metrics import METRICS
 
     if record["metric"] not in METRICS:

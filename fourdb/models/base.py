@@ -16,25 +16,29 @@ from dataclasses import dataclass
 from fourdb.contracts import Report
 from fourdb.errors import FourdbError
 from fourdb.registry import Registry
+from fourdb.tasks.types import TaskType
 
 MODELS: Registry[type] = Registry("model", package="fourdb.models")
 
 
 @dataclass
 class TaskInfo:
-    task_type: str
+    task_type: TaskType
     num_classes: int
     metric: str
 
+    def __post_init__(self):
+        self.task_type = TaskType(self.task_type)
+
     @property
     def out_dim(self) -> int:
-        return self.num_classes if self.task_type == "multiclass" else 1
+        return self.task_type.out_dim(self.num_classes)
 
 
 class Model:
     input_kind = "table"
     name = "model"
-    task_types = ("binary", "multiclass", "regression")  # recommendation through create_model's wrappers
+    task_types = (TaskType.BINARY, TaskType.MULTICLASS, TaskType.REGRESSION)  # ranking: create_model's wrappers
 
     def __init__(self, info: TaskInfo, seed: int = 0, **params):
         self.info, self.seed, self.params = info, seed, params
@@ -98,7 +102,7 @@ def create_model(name: str, info: TaskInfo, seed: int = 0, **params) -> Model:
     """Model ``name`` for a task of ``info``. On a recommendation task a tabular model ranks candidate
     pairs (``pair_ranker`` around it) and a GNN encodes both sides (``two_tower`` with its convolution)."""
     cls = MODELS.get(name)
-    if info.task_type == "recommendation" and "recommendation" not in cls.task_types:
+    if info.task_type.is_ranking and info.task_type not in cls.task_types:
         wrapper = {"table": ("pair_ranker", "inner"), "graph": ("two_tower", "gnn")}.get(cls.input_kind)
         if wrapper:
             return MODELS.get(wrapper[0])(info, seed=seed, **{wrapper[1]: name}, **params)

@@ -37,7 +37,7 @@ class GBDT(Model):
                       early_stopping=True,
                       n_iter_no_change=p.get("patience", 20), random_state=self.seed,
                       categorical_features=np.array(categorical, dtype=bool) if categorical else None)
-        cls = HistGradientBoostingRegressor if self.info.task_type == "regression" else HistGradientBoostingClassifier
+        cls = HistGradientBoostingRegressor if self.info.task_type.is_regression else HistGradientBoostingClassifier
         self.model = cls(**common).fit(x_train, data.labels["train"], X_val=x_val, y_val=data.labels["val"])
         return self
 
@@ -48,7 +48,7 @@ class GBDT(Model):
         return np.concatenate([self._predict(self._matrix(feats, slice(lo, lo + _BLOCK_ROWS))) for lo in starts])
 
     def _predict(self, x: np.ndarray) -> np.ndarray:
-        if self.info.task_type == "regression":
+        if self.info.task_type.is_regression:
             return self.model.predict(x)
         proba = self.model.predict_proba(x)
-        return proba[:, 1] if self.info.task_type == "binary" else proba
+        return proba if self.info.task_type.per_class else proba[:, 1]

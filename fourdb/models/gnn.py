@@ -28,6 +28,7 @@ from fourdb.engine.source import GraphSource
 from fourdb.engine.blocks import make_block
 from fourdb.errors import FourdbError
 from fourdb.models.base import MODELS, NeuralModel, check_params
+from fourdb.tasks.types import TaskType
 from fourdb.models.encoders import TypeEncoder, key
 
 
@@ -139,7 +140,7 @@ class RecommendationGNN(GNN):
     and the identity-aware GNN. ``build`` and ``make_source`` take a ``RecData`` whose ``graph`` is set."""
 
     extra_params: tuple[str, ...] = ("gnn",)
-    task_types = ("recommendation",)
+    task_types = (TaskType.RECOMMENDATION,)
 
     def __init__(self, info, seed: int = 0, **params):
         super().__init__(info, seed, **params)

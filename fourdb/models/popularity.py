@@ -7,12 +7,13 @@ import numpy as np
 
 from fourdb.features.interactions import RecData, repeat_score
 from fourdb.models.base import Model, register_model
+from fourdb.tasks.types import TaskType
 
 
 @register_model("popularity")
 class Popularity(Model):
     input_kind = "interactions"
-    task_types = ("recommendation",)
+    task_types = (TaskType.RECOMMENDATION,)
 
     def score(self, data: RecData):
         pop = data.interactions.popularity_score

@@ -8,16 +8,17 @@ import numpy as np
 from fourdb.contracts import Report
 from fourdb.features.interactions import RecData
 from fourdb.models.base import MODELS, Model, TaskInfo, register_model
+from fourdb.tasks.types import TaskType
 
 
 @register_model("pair_ranker")
 class PairRanker(Model):
     input_kind = "pairs"
-    task_types = ("recommendation",)
+    task_types = (TaskType.RECOMMENDATION,)
 
     def __init__(self, info: TaskInfo, seed: int = 0, inner: str = "gbdt", **params):
         super().__init__(info, seed, **params)
-        self.inner = MODELS.get(inner)(TaskInfo("binary", 2, "auroc"), seed=seed, **params)
+        self.inner = MODELS.get(inner)(TaskInfo(TaskType.BINARY, 2, "auroc"), seed=seed, **params)
 
     def fit(self, data: RecData, trainer_cfg=None) -> "PairRanker":
         self.inner.fit(data.pairs, trainer_cfg)

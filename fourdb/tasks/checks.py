@@ -11,6 +11,7 @@ import pandas as pd
 
 from fourdb.errors import TaskError
 from fourdb.tasks.materialize import SPLITS, Task
+from fourdb.tasks.types import TaskType
 
 QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -43,12 +44,12 @@ def label_summary(task: Task, labels: pd.Series) -> str:
     if len(labels) == 0:
         return "-"
     kind = task.spec.task_type
-    if kind == "binary":
+    if kind is TaskType.BINARY:
         return f"{labels.mean():.1%}"
-    if kind == "multiclass":
+    if kind is TaskType.MULTICLASS:
         shares = labels.value_counts(normalize=True)
         return f"{len(shares)} of {task.num_classes} ({shares.iloc[0]:.0%})"
-    values = labels.map(len) if kind == "recommendation" else labels
+    values = labels.map(len) if kind.is_ranking else labels
     return " ".join(f"{v:.4g}" for v in np.quantile(values.to_numpy(dtype=float), QUANTILES))
 
 
@@ -58,10 +59,10 @@ def task_warnings(task: Task) -> list[str]:
     out = [f"task '{name}': the {s} split has no seeds; check timestamps (val {task.spec.timestamps['val']}, "
            f"test {task.spec.timestamps['test']}) against the data's time range"
            for s in SPLITS if not (task.frame["split"] == s).any()]
-    if kind == "recommendation" or task.frame.empty:
+    if kind.is_ranking or task.frame.empty:
         return out
     labels = task.frame["label"]
-    if kind == "binary" and (labels == 1).all():
+    if kind is TaskType.BINARY and (labels == 1).all():
         out.append(f"task '{name}': every label is 1, so the SQL yields only positives: an inner JOIN of the events "
                    f"keeps only the entities that had one; select the entities at each cutoff and LEFT JOIN the "
                    f"events, so the ones without an event get label 0")
@@ -79,7 +80,7 @@ def task_warnings(task: Task) -> list[str]:
 def task_report(task: Task) -> str:
     """The task in one line, then its ``split_stats`` as a table."""
     spec = task.spec
-    parts = [spec.kind, spec.task_type, f"entity table {spec.entity_table}"]
+    parts = [str(spec.kind), str(spec.task_type), f"entity table {spec.entity_table}"]
     if spec.destination_table:
         parts.append(f"destination table {spec.destination_table}, eval_k {spec.eval_k}")
     if spec.window:
@@ -96,7 +97,7 @@ def refuse_nothing_to_learn(task: Task, train: pd.DataFrame) -> None:
     if train.empty:
         raise TaskError(f"task '{name}': the train split has no seeds; nothing to learn (check timestamps and "
                         f"fourdb validate)")
-    if kind == "recommendation":
+    if kind.is_ranking:
         return
     labels = train["label"].dropna()
     if labels.nunique() <= 1:

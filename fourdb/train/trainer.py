@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from fourdb.engine import ddp
 from fourdb.engine.timing import to_device
 from fourdb.train import checkpoint
 from fourdb.metrics import compute, higher_is_better
+from fourdb.tasks.types import TaskType
 from fourdb.utils import progress as progress_bar, resolve_device
 
 log = logging.getLogger("fourdb")
@@ -58,36 +58,17 @@ class TrainerConfig:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainerConfig, task_type: str, metric: str, seed: int = 0):
-        self.cfg, self.task_type, self.metric, self.seed = cfg, task_type, metric, seed
+    def __init__(self, cfg: TrainerConfig, task_type: TaskType, metric: str, seed: int = 0):
+        self.cfg, self.task_type, self.metric, self.seed = cfg, TaskType(task_type), metric, seed
         self.device = cfg.torch_device()
         self.y_mean, self.y_std = 0.0, 1.0
         self.history: list[dict] = []
 
     def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        if self.task_type == "recommendation":
-            # listwise: a row's true candidates against all of its candidates (softmax). Independent
-            # per-candidate BCE must also learn the base rate through the dot product, and got stuck there
-            true = y.bool()
-            keep = true.any(1)
-            if not keep.any():  # no true candidate in the batch (an identity-aware tree reached none): no signal
-                return (out[torch.isfinite(out)] * 0).sum()
-            out, true = out[keep], true[keep]
-            return (torch.logsumexp(out, 1) - torch.logsumexp(out.masked_fill(~true, float("-inf")), 1)).mean()
-        if self.task_type == "binary":
-            return F.binary_cross_entropy_with_logits(out.view(-1), y.float())
-        if self.task_type == "multiclass":
-            return F.cross_entropy(out, y.long())
-        return F.mse_loss(out.view(-1), (y.float() - self.y_mean) / self.y_std)
+        return self.task_type.loss(out, y, (self.y_mean, self.y_std))
 
     def _scores(self, out: torch.Tensor) -> np.ndarray:
-        if self.task_type == "recommendation":  # the source ranked already: destination rows, best first
-            return out.cpu().numpy().astype(np.int64)
-        if self.task_type == "binary":
-            return torch.sigmoid(out.view(-1)).cpu().numpy()
-        if self.task_type == "multiclass":
-            return torch.softmax(out, -1).cpu().numpy()
-        return (out.view(-1) * self.y_std + self.y_mean).cpu().numpy()
+        return self.task_type.scores(out, (self.y_mean, self.y_std))
 
     def fit(self, module: torch.nn.Module, source) -> torch.nn.Module:
         ctx = ddp.context()
@@ -95,9 +76,8 @@ class Trainer:
             self.device = torch.device("cuda", ctx.local_rank)
         torch.manual_seed(self.seed)
         rng = np.random.default_rng(self.seed)
-        if self.task_type == "regression":
-            y = source.labels("train").astype(float)
-            self.y_mean, self.y_std = float(y.mean()), float(y.std() or 1.0)
+        if self.task_type.is_regression:  # outputs are scaled to the training labels
+            self.y_mean, self.y_std = self.task_type.label_scale(source.labels("train"))
         module.to(self.device)
         sharded = ctx.distributed and source.shardable
         if sharded:  # the source samples only this rank's share of every batch

@@ -19,9 +19,13 @@ from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, SourceTab
 from fourdb.rdb.importers.dtypes import _parse_datetimes
 from fourdb.rdb.importers.samples import _samples_task
 from fourdb.rdb.sandbox import inside_folder
+from fourdb.tasks.types import TaskType
 
 DBB_DTYPES = {"float": "numeric", "category": "category", "datetime": "datetime", "text": "text",
               "timestamp": "datetime"}
+# 4DBInfer's task types -> fourdb's, given whether the labels are all 0 or 1
+DBB_TASK_TYPES = {"classification": lambda zero_one: TaskType.BINARY if zero_one else TaskType.MULTICLASS,
+                  "regression": lambda zero_one: TaskType.REGRESSION}
 DBB_METRICS = {"auroc": "auroc", "ap": "average_precision", "accuracy": "accuracy", "mae": "mae", "rmse": "rmse",
                "mse": "rmse", "r2": "r2"}
 
@@ -200,14 +204,11 @@ def _dbb_task(folder: Path, tm: dict, sources: dict[str, SourceTable], dname: st
         frame, dtypes, _ = _dbb_frame(data, cols, f"4DBInfer task '{name}'", report)
         splits[fourdb_split] = frame
     task_type = tm.get("task_type")
-    if task_type == "classification":
-        labels = pd.concat([f[target] for f in splits.values() if target in f.columns]).dropna()
-        kind = "binary" if set(np.unique(labels)) <= {0, 1} else "multiclass"
-    elif task_type == "regression":
-        kind = "regression"
-    else:
+    if task_type not in DBB_TASK_TYPES:
         report.notes.append(f"{skip} task_type '{task_type}' is not classification or regression")
         return None
+    labels = pd.concat([f[target] for f in splits.values() if target in f.columns]).dropna()
+    kind = DBB_TASK_TYPES[task_type](set(np.unique(labels)) <= {0, 1})
     metric = DBB_METRICS.get(str(tm.get("evaluation_metric")))
     return _samples_task(name, dname, splits, key["name"], link, tcol, target, kind, metric, dtypes,
                          f"Converted from 4DBInfer task '{name}' (target {ttable}.{target}).", report)
@@ -274,7 +275,7 @@ def _retrieval_task(folder: Path, tm: dict, sources: dict[str, SourceTable], dna
     window = max(1, (starts["test"] - starts["val"]).days)
     first = RETRIEVAL_METRICS.get(str(tm.get("evaluation_metric")), "mrr")
     spec = {
-        "name": name, "dataset": dname, "kind": "recommendation", "task_type": "recommendation",
+        "name": name, "dataset": dname, "kind": "recommendation", "task_type": TaskType.RECOMMENDATION.value,
         "description": f"Converted from 4DBInfer retrieval task '{name}': which {dst_table} a {src_table} links to "
                        f"at a time (target {tm.get('target_table')}.{target}), ranked among the shipped candidates.",
         "metrics": [first] + [m for m in ("mrr", "hit_rate", "ndcg") if m != first],

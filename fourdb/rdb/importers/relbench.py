@@ -12,6 +12,7 @@ from fourdb.errors import DatabaseImportError
 from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
 from fourdb.rdb.importers.dtypes import _is_nested
 from fourdb.rdb.importers.samples import _samples_task
+from fourdb.tasks.types import TaskType
 
 RELBENCH_KEYS = (b"fkey_col_to_pkey_table", b"pkey_col", b"time_col")
 
@@ -102,7 +103,7 @@ def _relbench_task(tdir: Path, tables: dict[str, SourceTable], dname: str,
     if _is_nested(labels) or not pd.api.types.is_numeric_dtype(labels):
         report.notes.append(f"{skip} its target '{target}' is not a number (link or multilabel tasks do not convert)")
         return None
-    kind = "binary" if set(np.unique(labels)) <= {0, 1} else "regression"
+    kind = TaskType.BINARY if set(np.unique(labels)) <= {0, 1} else TaskType.REGRESSION
     return _samples_task(name, dname, splits, key, (entity, tables[entity].primary_key), time_col, target, kind,
                          None, {}, f"Converted from RelBench task '{name}' (entity {entity}).", report)
 

@@ -25,16 +25,16 @@ from fourdb.errors import DatabaseImportError, FourdbError
 from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, Imported, SourceTable
 from fourdb.rdb.importers.samples import _samples_task
 from fourdb.rdb.sandbox import SQLSandbox, inside_folder
-from fourdb.tasks.spec import DEFAULT_METRICS
+from fourdb.tasks.types import TaskType
 
 MANIFEST = "manifest.yaml"
 KINDS = ("forecast", "autocomplete", "external")
-# RelBench's task types -> fourdb's; multilabel has no fourdb task type
-TASK_TYPES = {"binary_classification": "binary", "multiclass_classification": "multiclass",
-              "regression": "regression", "recommendation": "recommendation", "multilabel_classification": None}
+RELBENCH_TASK_TYPES = ("binary_classification", "multiclass_classification", "regression", "recommendation",
+                       "multilabel_classification")
 # RelBench's own metric first, so fourdb ranks and stops early by it
-METRICS = {"binary": ["roc_auc", "average_precision", "accuracy"], "regression": ["nmae", "mae", "rmse"],
-           "recommendation": ["map", "precision", "recall", "mrr"], "multiclass": DEFAULT_METRICS["multiclass"]}
+METRICS = {TaskType.BINARY: ["roc_auc", "average_precision", "accuracy"], TaskType.REGRESSION: ["nmae", "mae", "rmse"],
+           TaskType.RECOMMENDATION: TaskType.RECOMMENDATION.default_metrics,
+           TaskType.MULTICLASS: TaskType.MULTICLASS.default_metrics}
 POSITION_KEY = "primary_key"  # the key RelBench gives a table without one (its row positions)
 
 
@@ -189,7 +189,7 @@ def _task_manifests(path: Path, specs: dict, frames: dict, report: ImportReport)
 
 def _required(tm: dict) -> list[str]:
     """The fields RelBench's ``TaskManifest.validate`` requires of this kind and task type."""
-    if tm["task_type"] == "recommendation":
+    if TaskType.from_relbench(tm["task_type"]) is TaskType.RECOMMENDATION:
         required = ["src_entity_table", "src_entity_col", "dst_entity_table", "dst_entity_col"]
         if not (tm["kind"] == "external" and tm.get("evaluator")):
             required.append("eval_k")
@@ -208,8 +208,9 @@ def _validate_task(tm: dict, tfile: Path, specs: dict, frames: dict) -> None:
             raise DatabaseImportError(f"{tfile}: missing field '{key}'")
     if tm["kind"] not in KINDS:
         raise DatabaseImportError(f"{tfile}, kind: '{tm['kind']}' is not one of {', '.join(KINDS)}")
-    if tm["task_type"] not in TASK_TYPES:
-        raise DatabaseImportError(f"{tfile}, task_type: '{tm['task_type']}' is not one of {', '.join(TASK_TYPES)}")
+    if tm["task_type"] not in RELBENCH_TASK_TYPES:
+        raise DatabaseImportError(f"{tfile}, task_type: '{tm['task_type']}' is not one of "
+                                  f"{', '.join(RELBENCH_TASK_TYPES)}")
     missing = [k for k in _required(tm) if not tm.get(k)]
     if missing:
         raise DatabaseImportError(f"{tfile}: a {tm['kind']} {tm['task_type']} task needs field(s) "
@@ -275,7 +276,7 @@ def _check_sql(tm: dict, tfile: Path, frames: dict) -> None:
             raise DatabaseImportError(f"{tfile}, sql: the SQL failed: {str(e).splitlines()[0]}") from None
     finally:
         sandbox.close()
-    link = tm["task_type"] == "recommendation"
+    link = TaskType.from_relbench(tm["task_type"]) is TaskType.RECOMMENDATION
     fields = ("src_entity_col", "time_col", "dst_entity_col") if link else ("entity_col", "time_col", "target_col")
     for field in fields:
         col = tm.get(field) or ("timestamp" if field == "time_col" else None)
@@ -292,21 +293,21 @@ def _convert_task(tm: dict, tfile: Path, dname: str, splits: tuple[pd.Timestamp,
     skip = f"RelBench task '{name}' not converted:"
     if name != tfile.parent.name:
         report.notes.append(f"RelBench task '{name}' is in folder tasks/{tfile.parent.name}; fourdb names it '{name}'")
-    kind = TASK_TYPES[tm["task_type"]]
+    kind = TaskType.from_relbench(tm["task_type"])
     if kind is None:
         report.notes.append(f"{skip} multilabel classification has no fourdb task type")
         return None
-    if tm["kind"] == "external" and kind == "recommendation":
+    if tm["kind"] == "external" and kind.is_ranking:
         report.notes.append(f"{skip} its shipped link labels have no fourdb task kind (fourdb recommendation "
                             f"tasks are computed by SQL)")
         return None
-    if kind == "recommendation" and tm.get("num_eval_timestamps", 1) != 1:
+    if kind.is_ranking and tm.get("num_eval_timestamps", 1) != 1:
         report.notes.append(f"{skip} RelBench runs recommendation tasks with num_eval_timestamps 1 only")
         return None
     remove = _removable(tm, specs, frames, report)
     base = {"name": name, "dataset": dname,
             "description": tm.get("description") or f"RelBench {tm['kind']} task '{name}'.",
-            "task_type": kind, "metrics": list(METRICS[kind])}
+            "task_type": kind.value, "metrics": list(METRICS[kind])}
     val, test = (_stamp(t) for t in splits)
     if tm["kind"] == "forecast":
         spec = {**base, **_forecast(tm, kind), "timestamps": {
@@ -326,8 +327,8 @@ def _stamp(t: pd.Timestamp) -> str:
     return t.strftime("%Y-%m-%d") if t == t.normalize() else str(t)
 
 
-def _forecast(tm: dict, kind: str) -> dict:
-    if kind == "recommendation":
+def _forecast(tm: dict, kind: TaskType) -> dict:
+    if kind.is_ranking:
         return {"kind": "recommendation", "source_table": tm["src_entity_table"],
                 "destination_table": tm["dst_entity_table"], "sql": tm["sql"], "window": tm["timedelta"],
                 "output": {"entity": tm["src_entity_col"], "cutoff": tm.get("time_col") or "timestamp",

@@ -9,12 +9,14 @@ import pandas as pd
 
 from fourdb.rdb.importers.base import ImportReport, SourceTable
 from fourdb.rdb.importers.dtypes import _parse_datetimes
+from fourdb.tasks.types import TaskType
 
 
 def _samples_task(name: str, dname: str, splits: dict[str, pd.DataFrame], key: str, link: tuple[str, str],
-                  time_col: str, target: str, kind: str, metric: str | None, dtypes: dict[str, str],
+                  time_col: str, target: str, kind: TaskType | str, metric: str | None, dtypes: dict[str, str],
                   description: str, report: ImportReport) -> tuple[SourceTable, dict] | None:
     """A task given as sample files -> a table of samples plus a row-column task file over it."""
+    kind = TaskType(kind)
     skip = f"task '{name}' not converted:"
     for split, f in splits.items():
         missing = [c for c in (key, time_col, target) if c not in f.columns]
@@ -51,16 +53,11 @@ def _samples_task(name: str, dname: str, splits: dict[str, pd.DataFrame], key: s
     tdtypes = {c: dtypes.get(c) or "" for c in feats}
     tdtypes = {c: d for c, d in tdtypes.items() if d}
     tdtypes.update({time_col: "datetime", "label_known_at": "datetime"})
-    if kind == "regression":
-        tdtypes[target] = "numeric"
-    elif kind == "binary":
-        tdtypes[target] = "numeric"
-    else:
-        tdtypes[target] = "category"
+    tdtypes[target] = "category" if kind.per_class else "numeric"
     src = SourceTable(table, rows, {}, "sample_id", {key: link}, tdtypes, "label_known_at")
-    label = f'CAST("{target}" AS INTEGER)' if kind == "binary" else f'"{target}"'
+    label = f'CAST("{target}" AS INTEGER)' if kind is TaskType.BINARY else f'"{target}"'
     spec = {
-        "name": name, "dataset": dname, "description": description, "kind": "row_column", "task_type": kind,
+        "name": name, "dataset": dname, "description": description, "kind": "row_column", "task_type": kind.value,
         "metrics": _metrics(kind, metric), "table": table, "label": label, "where": f'"{target}" IS NOT NULL',
         "cutoff_column": time_col, "known_columns": [key, time_col, *feats],
         "timestamps": {"val": str(val), "test": str(test)},
@@ -68,9 +65,10 @@ def _samples_task(name: str, dname: str, splits: dict[str, pd.DataFrame], key: s
     return src, spec
 
 
-def _metrics(kind: str, first: str | None) -> list[str]:
-    base = {"binary": ["auroc", "average_precision", "accuracy"], "multiclass": ["accuracy", "macro_f1"],
-            "regression": ["mae", "rmse"]}[kind]
+def _metrics(kind: TaskType, first: str | None) -> list[str]:
+    base = kind.default_metrics
+    if kind is TaskType.BINARY:  # 4DBInfer and RelBench also report it
+        base.insert(1, "average_precision")
     if first in base:
         base.remove(first)
         base.insert(0, first)
