@@ -82,4 +82,4 @@ def test_team_wins_hides_the_season_outcome(lahman):
     assert {"W", "L", "Rank", "attendance"} <= set(task.hidden_columns)
     assert "franchID" not in task.hidden_columns
     assert (task.frame["cutoff"] < task.frame["label_known_at"]).all()
-    assert find_task("lahman", "team-wins").kind == "row_column"
+    assert find_task("lahman", "team-wins").kind.name == "row_column"

@@ -317,7 +317,7 @@ def shipped_mrr(folder_4dbinfer, split: str, users, times, ranking) -> float:
 def test_a_4dbinfer_retrieval_task_imports_as_a_recommendation_task_over_its_candidates(tmp_path):
     folder = retrieval_folder(str(tmp_path))
     spec = find_task(folder, "next-item")
-    assert spec.kind == "recommendation" and spec.link_table == "task_next_item" and spec.metric == "mrr"
+    assert spec.kind.name == "recommendation" and spec.link_table == "task_next_item" and spec.metric == "mrr"
     db = Database.load(folder)
     task = materialize(spec, db)
     shipped = pd.read_parquet(tmp_path / "dbb/next/test.pqt")
