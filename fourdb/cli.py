@@ -8,9 +8,9 @@ import os
 import sys
 from pathlib import Path
 
+from fourdb.defaults import CONF_DIR
 from fourdb.errors import FourdbError
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 log = logging.getLogger("fourdb")
 
 
