@@ -8,9 +8,9 @@ import os
 import sys
 from pathlib import Path
 
+from fourdb.defaults import CONF_DIR
 from fourdb.errors import FourdbError
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 log = logging.getLogger("fourdb")
 
 
@@ -23,6 +23,7 @@ def _hydra_run(argv: list[str]) -> None:
     @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
     def app(cfg: DictConfig) -> float | None:
         from fourdb.run import format_records, run_experiment
+        from fourdb.settings import check_settings
 
         from fourdb.engine.ddp import in_torchrun
         from fourdb.launch import LAUNCHED_ENV, exit_rank, launch, needs_launch, quiet_other_ranks
@@ -30,6 +31,7 @@ def _hydra_run(argv: list[str]) -> None:
         out_dir = HydraConfig.get().runtime.output_dir
         quiet_other_ranks()
         try:  # trainer.nproc > 1: torchrun starts the ranks, rank 0 writes the record
+            check_settings(cfg)  # before torchrun starts any rank, or trainer.nproc=auto profiles the run
             record = launch(cfg, out_dir, list(HydraConfig.get().overrides.task), run_experiment) if needs_launch(cfg) \
                 else run_experiment(cfg, out_dir)
         except FourdbError as e:

@@ -23,6 +23,7 @@ from fourdb.inputs import (SPLITS, graph_engine, graph_inputs, graph_label, inpu
                            run_inputs, shared_folder, subsample)
 from fourdb.models import TaskInfo, create_model
 from fourdb.rdb.fingerprint import database_fingerprint
+from fourdb.settings import check_settings
 from fourdb.tasks import find_task, materialize
 from fourdb.metrics import evaluate
 from fourdb.train.trainer import TrainerConfig
@@ -88,6 +89,7 @@ def certify_run(cfg: DictConfig, model, db, task, splits: dict, options) -> dict
 def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict | None:
     """The run record (written to ``out_dir/record.json``). Inside a torchrun worker every rank trains
     and evaluates its share; rank 0 writes the record and the other ranks return None."""
+    check_settings(cfg)  # a mistyped setting is one line, before any data is read
     start = time.perf_counter()
     ctx = ddp.init(cfg.trainer.get("backend", "auto"))
     if ctx.distributed:  # every rank works in rank 0's folder

@@ -18,7 +18,7 @@ LAYERS = [
     ("fourdb.engine",),
     ("fourdb.models",),
     ("fourdb.train",),
-    ("fourdb.inputs", "fourdb.certify"),
+    ("fourdb.inputs", "fourdb.certify", "fourdb.settings"),
     ("fourdb.launch", "fourdb.run"),
     ("fourdb.leaderboard", "fourdb.export"),  # both read run records, tasks and databases
     ("fourdb.cli",),

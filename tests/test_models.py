@@ -214,14 +214,10 @@ def test_gnn_learns_from_a_column_only_link_rows_carry():
 
 
 @pytest.mark.parametrize("model", ["mlp", "gat"])
-def test_unknown_model_parameter_is_a_clear_error(model, small_graph):
-    from fourdb.features import TableData
-    from fourdb.features.columns import EncodedTable
-
-    table = TableData({"train": EncodedTable(np.zeros((4, 2), np.float32), np.zeros((4, 1), np.int64), [3])}, {})
-    m = create_model(model, TaskInfo("binary", 2, "auroc"), hiden=32)
-    with pytest.raises(FourdbError, match="no parameter hiden"):
-        m.build(small_graph if m.input_kind == "graph" else table)
+def test_unknown_model_parameter_is_a_clear_error(model):
+    """Refused when the model is made, before any input is built (tests/test_config.py: every model)."""
+    with pytest.raises(FourdbError, match="no parameter 'hiden' \\(did you mean 'hidden'\\?\\)"):
+        create_model(model, TaskInfo("binary", 2, "auroc"), hiden=32)
 
 
 def test_optuna_direction_follows_the_task_metric():

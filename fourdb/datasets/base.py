@@ -14,7 +14,7 @@ from typing import Callable
 
 from filelock import FileLock
 
-from fourdb.errors import FourdbError
+from fourdb.errors import FourdbError, refuse_unknown
 from fourdb.rdb import Database
 from fourdb.rdb.schema import did_you_mean
 from fourdb.registry import Registry
@@ -48,9 +48,7 @@ def dataset_folder(name: str, **params) -> Path:
         raise dataset_error(name)
     entry = DATASETS.get(name)
     params = {**entry.defaults, **{k: v for k, v in params.items() if v is not None}}
-    unknown = set(params) - set(entry.defaults)
-    if unknown:
-        raise FourdbError(f"dataset '{name}' has no parameter(s) {sorted(unknown)}; it takes {sorted(entry.defaults)}")
+    refuse_unknown(f"dataset '{name}'", params, entry.defaults, noun="parameter")
     root = cache_root() / "datasets"
     out = root / f"{name}-{stable_hash(name, params, BUILD_VERSION, code_hash(entry))}"
     if (out / "schema.yaml").exists():

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fourdb.errors import FourdbError
+from fourdb.errors import refuse_unknown
 from fourdb.features.columns import EncodedTable
 from fourdb.rdb import Database
 from fourdb.registry import Registry
@@ -26,11 +26,12 @@ class TableData:
     labels: dict[str, np.ndarray]  # train and val only
 
 
+def check_feature_params(name: str, params: dict) -> None:
+    """A one-line error for a parameter that feature set ``name`` does not take (needs no data)."""
+    refuse_unknown(f"feature set '{name}'", params, list(inspect.signature(FEATURES.get(name)).parameters)[3:],
+                   noun="parameter")
+
+
 def build_table_features(name: str, db: Database, task: Task, splits: dict, **params) -> dict[str, EncodedTable]:
-    fn = FEATURES.get(name)
-    accepted = list(inspect.signature(fn).parameters)[3:]
-    unknown = sorted(set(params) - set(accepted))
-    if unknown:
-        raise FourdbError(f"feature set '{name}' has no parameter '{unknown[0]}' "
-                          f"(it takes: {', '.join(accepted) or 'none'})")
-    return fn(db, task, splits, **params)
+    check_feature_params(name, params)
+    return FEATURES.get(name)(db, task, splits, **params)

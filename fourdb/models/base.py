@@ -6,7 +6,9 @@ A neural model only builds its ``torch.nn.Module`` and its data source: the one 
 trainer config it is handed (``trainer_cfg.trainer(info, seed)``), fits every one of them alike.
 
 Adding a model is one file in this package that registers it (``@MODELS.register("name")``) and one
-YAML in conf/model/; the registry finds the file itself.
+YAML in conf/model/; the registry finds the file itself. The YAML's ``params`` are the model's defaults,
+stated nowhere else: ``create_model`` fills in what it is not given from there, and refuses, in one line, a
+parameter the model does not take (``Model.parameters``).
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import inspect
 from dataclasses import dataclass
 
 from fourdb.contracts import Report
-from fourdb.errors import FourdbError
+from fourdb.defaults import model_params
+from fourdb.errors import FourdbError, refuse_unknown
 from fourdb.registry import Registry
 from fourdb.tasks.types import TaskType
 
@@ -42,6 +45,18 @@ class Model:
 
     def __init__(self, info: TaskInfo, seed: int = 0, **params):
         self.info, self.seed, self.params = info, seed, params
+
+    @classmethod
+    def parameters(cls, params: dict) -> dict[str, inspect.Parameter]:
+        """The parameters the model takes, by name: its constructor's, or, where the constructor passes
+        ``**params`` on, those of what takes them (a network's constructor, a convolution, a wrapped model:
+        ``params``, with the defaults filled in, say which)."""
+        return keywords(cls.__init__, skip=("self", "info", "seed"))
+
+    @classmethod
+    def wraps(cls, params: dict) -> str | None:
+        """The registered model this one runs inside it, whose parameters it takes too (None: none)."""
+        return None
 
     def fit(self, data, trainer_cfg) -> "Model":
         raise NotImplementedError
@@ -80,13 +95,23 @@ class NeuralModel(Model):
         return Report(self.trainer.history, self.source.report())
 
 
-def check_params(model: str, fn, params: dict, fixed: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> None:
-    """A clear error for a YAML parameter that ``fn`` (a model's builder) does not take."""
-    accepted = set(inspect.signature(fn).parameters) - set(fixed) | set(also)
-    unknown = set(params) - accepted
-    if unknown:
-        raise FourdbError(f"model '{model}' has no parameter {', '.join(sorted(unknown))} "
-                          f"(it takes {', '.join(sorted(accepted))})")
+def keywords(fn, skip: tuple[str, ...] = ()) -> dict[str, inspect.Parameter]:
+    """``fn``'s parameters that a keyword can set, but those in ``skip`` (filled in by the code that calls it)."""
+    return {name: p for name, p in inspect.signature(fn).parameters.items()
+            if name not in skip and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def check_params(name: str, params: dict) -> dict:
+    """``params`` over model ``name``'s defaults (its conf/model YAML's ``params``, and under them those of
+    the model it wraps), or a one-line error for a parameter the model does not take. Needs no data: a
+    run checks its model's parameters before it reads any."""
+    cls = MODELS.get(name)
+    params = {**model_params(name), **params}
+    inner = cls.wraps(params)
+    if inner is not None:
+        params = {**model_params(inner), **params}
+    refuse_unknown(f"model '{name}'", params, cls.parameters(params), noun="parameter")
+    return params
 
 
 def register_model(name: str):
@@ -102,10 +127,11 @@ def create_model(name: str, info: TaskInfo, seed: int = 0, **params) -> Model:
     """Model ``name`` for a task of ``info``. On a recommendation task a tabular model ranks candidate
     pairs (``pair_ranker`` around it) and a GNN encodes both sides (``two_tower`` with its convolution)."""
     cls = MODELS.get(name)
+    params = check_params(name, params)
     if info.task_type.is_ranking and info.task_type not in cls.task_types:
         wrapper = {"table": ("pair_ranker", "inner"), "graph": ("two_tower", "gnn")}.get(cls.input_kind)
         if wrapper:
-            return MODELS.get(wrapper[0])(info, seed=seed, **{wrapper[1]: name}, **params)
+            return create_model(wrapper[0], info, seed=seed, **{wrapper[1]: name}, **params)
     if info.task_type not in cls.task_types:
         raise FourdbError(f"model '{name}' does not do {info.task_type} tasks (it does {', '.join(cls.task_types)})")
     return cls(info, seed=seed, **params)

@@ -15,8 +15,8 @@ from fourdb.models.tabular import FeatureTokenizer, TabularModel, feed_forward
 
 
 class DeepFMNet(nn.Module):
-    def __init__(self, numeric_dim: int, cardinalities: list[int], out_dim: int, hidden: int = 128, layers: int = 2,
-                 dropout: float = 0.1, embed_dim: int = 16):
+    def __init__(self, numeric_dim: int, cardinalities: list[int], out_dim: int, hidden: int, layers: int,
+                 dropout: float, embed_dim: int):
         super().__init__()
         fields = numeric_dim + len(cardinalities)
         # small initial weights: the first-order term sums over all fields, the pairwise one over their pairs

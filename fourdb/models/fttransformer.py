@@ -11,8 +11,8 @@ from fourdb.models.tabular import FeatureTokenizer, TabularModel
 
 
 class FTTransformerNet(nn.Module):
-    def __init__(self, numeric_dim: int, cardinalities: list[int], out_dim: int, hidden: int = 64, layers: int = 2,
-                 heads: int = 4, dropout: float = 0.1, ffn_factor: float = 2.0):
+    def __init__(self, numeric_dim: int, cardinalities: list[int], out_dim: int, hidden: int, layers: int,
+                 heads: int, dropout: float, ffn_factor: float):
         super().__init__()
         if hidden % heads:
             raise FourdbError(f"model 'fttransformer': hidden={hidden} must be divisible by heads={heads}")

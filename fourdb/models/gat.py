@@ -21,7 +21,7 @@ class GATConv(dglnn.GATConv):
 
 @register_model("gat")
 class GAT(GNN):
-    def conv(self, etypes, hidden, heads: int = 4, attn_dropout: float = 0.0):
+    def conv(self, etypes, hidden, heads: int, attn_dropout: float):
         if hidden % heads:
             raise FourdbError(f"model 'gat': hidden={hidden} must be divisible by heads={heads}")
         return dglnn.HeteroGraphConv(

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
-from fourdb.models.base import Model, register_model
+from fourdb.models.base import Model, TaskInfo, register_model
 
 _BLOCK_ROWS = 1 << 16  # rows predicted at once
 
@@ -12,6 +12,13 @@ _BLOCK_ROWS = 1 << 16  # rows predicted at once
 @register_model("gbdt")
 class GBDT(Model):
     input_kind = "table"
+
+    def __init__(self, info: TaskInfo, seed: int = 0, *, max_iter: int, learning_rate: float, max_leaf_nodes: int,
+                 patience: int, max_features: float):
+        """HistGradientBoosting's settings (their defaults: conf/model/gbdt.yaml); ``patience`` is its
+        ``n_iter_no_change``: rounds without a better validation loss before boosting stops."""
+        super().__init__(info, seed, max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
+                         patience=patience, max_features=max_features)
 
     @staticmethod
     def _matrix(feats, rows=slice(None)) -> np.ndarray:
@@ -32,10 +39,9 @@ class GBDT(Model):
         cards = data.features["train"].cardinalities
         # high-cardinality codes exceed the 255-bin categorical limit; treat those as ordinal
         categorical = [False] * n_num + [c <= 255 for c in cards]
-        common = dict(max_iter=p.get("max_iter", 300), learning_rate=p.get("learning_rate", 0.1),
-                      max_leaf_nodes=p.get("max_leaf_nodes", 31), max_features=p.get("max_features", 1.0),
-                      early_stopping=True,
-                      n_iter_no_change=p.get("patience", 20), random_state=self.seed,
+        common = dict(max_iter=p["max_iter"], learning_rate=p["learning_rate"], max_leaf_nodes=p["max_leaf_nodes"],
+                      max_features=p["max_features"], early_stopping=True, n_iter_no_change=p["patience"],
+                      random_state=self.seed,
                       categorical_features=np.array(categorical, dtype=bool) if categorical else None)
         cls = HistGradientBoostingRegressor if self.info.task_type.is_regression else HistGradientBoostingClassifier
         self.model = cls(**common).fit(x_train, data.labels["train"], X_val=x_val, y_val=data.labels["val"])

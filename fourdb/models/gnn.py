@@ -16,9 +16,12 @@ are the same multiset as before, so layer-wise inference stays exact.
 subclass implements ``conv(etypes, hidden, **params)``: a module called as ``conv(block, (h_src,
 h_dst))`` with dicts of per-table tensors, returning a ``[num_dst, hidden]`` tensor per destination
 table that has in-edges. Its keyword parameters come from the model's YAML ``params`` (beside
-``hidden``, ``dropout`` and ``layers``, which must equal the number of sampled hops).
+``hidden``, ``dropout`` and ``layers``, which must equal the number of sampled hops), which also give
+their defaults: a convolution states none of its own.
 """
 from __future__ import annotations
+
+import inspect
 
 import torch
 from torch import nn
@@ -26,8 +29,8 @@ from torch import nn
 from fourdb.engine.data import input_width
 from fourdb.engine.source import GraphSource
 from fourdb.engine.blocks import make_block
-from fourdb.errors import FourdbError
-from fourdb.models.base import MODELS, NeuralModel, check_params
+from fourdb.errors import FourdbError, SettingError, did_you_mean
+from fourdb.models.base import MODELS, NeuralModel, keywords
 from fourdb.tasks.types import TaskType
 from fourdb.models.encoders import TypeEncoder, key
 
@@ -35,7 +38,7 @@ from fourdb.models.encoders import TypeEncoder, key
 
 class HeteroGNN(nn.Module):
     def __init__(self, conv, dims: dict, layers: int, hidden: int, out_dim: int, seed_type: str,
-                 dropout: float = 0.1, edge_dims: dict | None = None):
+                 dropout: float, edge_dims: dict | None = None):
         """``conv()`` builds one layer's convolution; ``dims`` is table -> (numeric dim, cardinalities),
         ``edge_dims`` the same per featured edge type name."""
         super().__init__()
@@ -107,9 +110,12 @@ class GNN(NeuralModel):
     def conv(self, etypes: list[tuple[str, str, str]], hidden: int, **params) -> nn.Module:
         raise NotImplementedError
 
-    def conv_signature(self):
-        """The function whose keyword parameters the model's YAML ``params`` may set (beside the shared ones)."""
-        return self.conv
+    @classmethod
+    def parameters(cls, params: dict) -> dict[str, inspect.Parameter]:
+        """Those every GNN's ``network`` reads (``layers``: one per sampled hop unless given), and its convolution's."""
+        shared = {name: inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in ("hidden", "dropout")}
+        shared["layers"] = inspect.Parameter("layers", inspect.Parameter.KEYWORD_ONLY, default=None)
+        return {**shared, **keywords(cls.conv, skip=("self", "etypes", "hidden"))}
 
     def build(self, data) -> HeteroGNN:
         return self.network(data, self.info.out_dim)
@@ -117,13 +123,11 @@ class GNN(NeuralModel):
     def network(self, data, out_dim: int) -> HeteroGNN:
         """The GNN over ``data`` (GraphData) with ``out_dim`` outputs per seed row."""
         params = {k: v for k, v in self.params.items() if k not in self.extra_params}
-        hidden, dropout = params.pop("hidden", 64), params.pop("dropout", 0.1)
+        hidden, dropout = params.pop("hidden"), params.pop("dropout")
         layers = params.pop("layers", None)
         if layers is not None and layers != len(data.sampler.fanouts):
             raise FourdbError(f"model '{self.name}': layers={layers} but the sampler draws "
                               f"{len(data.sampler.fanouts)} hops (sampler.fanouts has one per layer)")
-        check_params(self.name, self.conv_signature(), params, fixed=("etypes", "hidden"),
-                     also=("hidden", "dropout", "layers"))
         dims = {t: (input_width(f), f.cardinalities) for t, f in data.graph.features.items()}
         edge_dims = {et[1]: (input_width(f), f.cardinalities)
                      for et, f in data.graph.edge_features.items()}
@@ -144,10 +148,22 @@ class RecommendationGNN(GNN):
 
     def __init__(self, info, seed: int = 0, **params):
         super().__init__(info, seed, **params)
-        self.gnn = MODELS.get(params.get("gnn", "sage"))(info, seed=seed)
+        self.gnn = MODELS.get(params["gnn"])(info, seed=seed)
 
     def conv(self, etypes, hidden, **params):
         return self.gnn.conv(etypes, hidden, **params)
 
-    def conv_signature(self):
-        return self.gnn.conv
+    @classmethod
+    def wraps(cls, params: dict) -> str | None:
+        return params.get("gnn")
+
+    @classmethod
+    def parameters(cls, params: dict) -> dict[str, inspect.Parameter]:
+        """Its own (``extra_params``) and those of the named GNN, whose convolution it runs."""
+        gnn = params.get("gnn")
+        gnns = [name for name, c in MODELS.items() if issubclass(c, GNN) and not issubclass(c, RecommendationGNN)]
+        if gnn not in gnns:
+            raise SettingError(f"model '{cls.name}': gnn must be one of {', '.join(gnns)}, not '{gnn}'"
+                               f"{did_you_mean(gnn, gnns)}")
+        own = {name: inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in cls.extra_params}
+        return {**own, **MODELS.get(gnn).parameters(params)}

@@ -20,7 +20,7 @@ from fourdb.models.gnn import GNN
 
 
 class HGTConv(nn.Module):
-    def __init__(self, etypes, hidden: int, heads: int = 4):
+    def __init__(self, etypes, hidden: int, heads: int):
         super().__init__()
         if hidden % heads:
             raise FourdbError(f"model 'hgt': hidden={hidden} must be divisible by heads={heads}")
@@ -64,5 +64,5 @@ class HGTConv(nn.Module):
 
 @register_model("hgt")
 class HGT(GNN):
-    def conv(self, etypes, hidden, heads: int = 4):
+    def conv(self, etypes, hidden, heads: int):
         return HGTConv(etypes, hidden, heads)

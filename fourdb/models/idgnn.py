@@ -37,7 +37,7 @@ class IdentityNet(nn.Module):
 class IDGNN(RecommendationGNN):
     def build(self, data: RecData) -> IdentityNet:
         return IdentityNet(self.network(data.graph, 1), data.graph.seed_type, data.destination,
-                           self.params.get("hidden", 64))
+                           self.params["hidden"])
 
     def make_source(self, data: RecData, trainer_cfg) -> IdentitySource:
         return IdentitySource(data, trainer_cfg.batch_size)

@@ -10,8 +10,8 @@ from fourdb.models.tabular import TabularModel, feed_forward
 
 
 class MLPNet(nn.Module):
-    def __init__(self, numeric_dim: int, cardinalities: list[int], out_dim: int, hidden: int = 128, layers: int = 2,
-                 dropout: float = 0.1, embed_dim: int = 16):
+    def __init__(self, numeric_dim: int, cardinalities: list[int], out_dim: int, hidden: int, layers: int,
+                 dropout: float, embed_dim: int):
         super().__init__()
         self.embeddings = nn.ModuleList(nn.Embedding(c, embed_dim) for c in cardinalities)
         self.body = feed_forward(numeric_dim + embed_dim * len(cardinalities), hidden, layers, dropout)

@@ -7,8 +7,6 @@ concatenation is mixed back to ``hidden`` by a linear layer per edge type, and e
 """
 from __future__ import annotations
 
-import math
-
 import dgl.function as fn
 import torch
 from torch import nn
@@ -23,8 +21,7 @@ SCALERS = ("identity", "amplification", "attenuation")
 
 
 class PNAConv(nn.Module):
-    def __init__(self, etypes, hidden: int, aggregators=AGGREGATORS, scalers=SCALERS,
-                 delta: float = math.log(11)):
+    def __init__(self, etypes, hidden: int, aggregators: tuple[str, ...], scalers: tuple[str, ...], delta: float):
         super().__init__()
         for name, given, known in (("aggregator", aggregators, AGGREGATORS), ("scaler", scalers, SCALERS)):
             if not given or set(given) - set(known):
@@ -62,5 +59,5 @@ class PNAConv(nn.Module):
 
 @register_model("pna")
 class PNA(GNN):
-    def conv(self, etypes, hidden, aggregators=AGGREGATORS, scalers=SCALERS, delta: float = math.log(11)):
+    def conv(self, etypes, hidden, aggregators: list[str], scalers: list[str], delta: float):
         return PNAConv(etypes, hidden, tuple(aggregators), tuple(scalers), delta)

@@ -3,6 +3,8 @@
 tabular model (gbdt, mlp, deepfm, fttransformer) in it when the task is a recommendation task."""
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from fourdb.contracts import Report
@@ -16,9 +18,19 @@ class PairRanker(Model):
     input_kind = "pairs"
     task_types = (TaskType.RECOMMENDATION,)
 
-    def __init__(self, info: TaskInfo, seed: int = 0, inner: str = "gbdt", **params):
+    def __init__(self, info: TaskInfo, seed: int = 0, *, inner: str, **params):
         super().__init__(info, seed, **params)
         self.inner = MODELS.get(inner)(TaskInfo(TaskType.BINARY, 2, "auroc"), seed=seed, **params)
+
+    @classmethod
+    def wraps(cls, params: dict) -> str | None:
+        return params.get("inner")
+
+    @classmethod
+    def parameters(cls, params: dict) -> dict[str, inspect.Parameter]:
+        """``inner`` and the parameters of the tabular model it names, which ``**params`` go to."""
+        inner = MODELS.get(params["inner"]).parameters(params) if "inner" in params else {}
+        return {**super().parameters(params), **inner}
 
     def fit(self, data: RecData, trainer_cfg=None) -> "PairRanker":
         self.inner.fit(data.pairs, trainer_cfg)

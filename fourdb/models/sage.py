@@ -9,6 +9,6 @@ from fourdb.models.gnn import GNN
 
 @register_model("sage")
 class SAGE(GNN):
-    def conv(self, etypes, hidden, aggregator: str = "mean"):
+    def conv(self, etypes, hidden, aggregator: str):
         return dglnn.HeteroGraphConv({et[1]: dglnn.SAGEConv(hidden, hidden, aggregator) for et in etypes},
                                      aggregate="sum")

@@ -7,10 +7,13 @@ infinite values become 0, and values outside a column's training range are clipp
 split can hold far larger counts or ages, which a network, unlike a tree, would extrapolate from).
 
 ``TabularModel`` is the ``Model`` wrapper (fit/predict from ``NeuralModel``): it builds
-``net(numeric_dim, cardinalities, out_dim, **params)`` from the model's YAML ``params``. The net maps
+``net(numeric_dim, cardinalities, out_dim, **params)`` from the model's YAML ``params``, which also give
+their defaults: a net states none of its own. The net maps
 ``(num [B, numeric_dim] float32, cat [B, n_categorical] int64)`` to ``[B, out_dim]``.
 """
 from __future__ import annotations
+
+import inspect
 
 import numpy as np
 import torch
@@ -18,7 +21,7 @@ from torch import nn
 
 from fourdb.contracts import DataSource
 from fourdb.features import TableData
-from fourdb.models.base import NeuralModel, check_params
+from fourdb.models.base import NeuralModel, keywords
 
 
 class TableSource(DataSource):
@@ -60,8 +63,11 @@ class TabularModel(NeuralModel):
     input_kind = "table"
     net: type[nn.Module]  # built as net(numeric_dim, cardinalities, out_dim, **params)
 
+    @classmethod
+    def parameters(cls, params: dict) -> dict[str, inspect.Parameter]:
+        return keywords(cls.net, skip=("numeric_dim", "cardinalities", "out_dim"))
+
     def build(self, data: TableData) -> nn.Module:
-        check_params(self.name, self.net, self.params, fixed=("numeric_dim", "cardinalities", "out_dim"))
         f = data.features["train"]
         return self.net(f.numeric.shape[1], list(f.cardinalities), self.info.out_dim, **self.params)
 

@@ -32,8 +32,8 @@ class TwoTower(RecommendationGNN):
     extra_params = ("gnn", "negatives")
 
     def build(self, data: RecData) -> TwoTowerNet:
-        hidden = self.params.get("hidden", 64)  # the head gives each row a vector of this size
+        hidden = self.params["hidden"]  # the head gives each row a vector of this size
         return TwoTowerNet(self.network(data.graph, hidden), data.graph.seed_type, data.destination, hidden)
 
     def make_source(self, data: RecData, trainer_cfg) -> LinkSource:
-        return LinkSource(data, trainer_cfg.batch_size, self.params.get("negatives", 16))
+        return LinkSource(data, trainer_cfg.batch_size, self.params["negatives"])

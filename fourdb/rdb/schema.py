@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from fourdb.errors import SchemaError
+from fourdb.errors import SchemaError, did_you_mean  # noqa: F401 (did_you_mean: imported from here too)
 
 DTYPES = ("numeric", "category", "datetime", "text", "primary_key", "foreign_key")
 FEATURE_DTYPES = ("numeric", "category", "datetime", "text")
@@ -36,14 +36,6 @@ DANGLING_POLICIES = ("error", "null")
 SCHEMA_KEYS = ("name", "tables", "on_dangling_foreign_key")
 TABLE_KEYS = ("name", "source", "time_column", "time_from", "static", "columns")
 COLUMN_KEYS = ("name", "dtype", "link_to", "inferred")
-
-
-def did_you_mean(word: str, choices) -> str:
-    """' (did you mean 'x'?)' for the closest choice, or ''."""
-    import difflib
-
-    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.5)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def check_keys(raw: dict, known, where: str, error: type = SchemaError) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fourdb.defaults import defaults_from
 from fourdb.engine import ddp
 from fourdb.engine.timing import to_device
 from fourdb.train import checkpoint
@@ -33,21 +34,24 @@ log = logging.getLogger("fourdb")
 
 
 @dataclass
+@defaults_from("trainer")  # conf/trainer/default.yaml states these defaults, and why
 class TrainerConfig:
-    epochs: int = 10
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    patience: int = 3
-    batch_size: int = 512
-    max_steps_per_epoch: int | None = None
-    device: str = "auto"
-    progress: bool = True
-    nproc: int | str = 1  # data-parallel processes started by torchrun; "auto": the cost model picks
-    backend: str = "auto"  # torch.distributed backend: gloo on CPU, nccl on GPU
-    checkpoint_every: int = 0  # steps between checkpoints (0: none); a run resumes from its folder's checkpoint
-    max_restarts: int = 0  # torchrun --max-restarts: restarts of the whole group after a rank fails
+    epochs: int
+    lr: float
+    weight_decay: float
+    patience: int
+    batch_size: int
+    max_steps_per_epoch: int | None
+    device: str
+    progress: bool
+    # one process; conf/trainer/ddp.yaml says what each means and what a data-parallel run sets instead
+    nproc: int | str = 1
+    backend: str | None = None  # a process group's backend: one process has none
+    checkpoint_every: int = 0
+    max_restarts: int = 0
     checkpoint_dir: str | None = None  # set by the runner: the run's output folder
     checkpoint_key: str | None = None  # set by the runner: a hash of the run's config
+    SET_BY_RUNNER = ("checkpoint_dir", "checkpoint_key")  # not settings of the trainer group
 
     def trainer(self, info, seed: int = 0) -> "Trainer":
         """The trainer that fits a model of task ``info`` (``fourdb.models.TaskInfo``) with this config."""

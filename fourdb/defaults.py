@@ -1,0 +1,82 @@
+"""conf/ is the one place where a setting's default is stated, with the reason for it.
+
+``fourdb run`` composes conf/ with Hydra. Code that runs without Hydra (``create_model``, a ``TrainerConfig``
+or ``EngineConfig`` made in a test, a notebook or a benchmark) reads the same files here, so a default is
+never written twice and the two can never disagree.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+from dataclasses import field
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+@functools.cache
+def _load(name: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(Path(CONF_DIR) / f"{name}.yaml"))
+
+
+def group_default(group: str) -> str:
+    """The option that conf/config.yaml's defaults list picks for ``group`` (trainer: default)."""
+    for entry in _load("config")["defaults"]:
+        if isinstance(entry, dict) and group in entry:
+            return entry[group]
+    raise KeyError(f"conf/config.yaml picks no default for the group '{group}'")
+
+
+def option(group: str, name: str | None = None) -> dict:
+    """The settings of conf/<group>/<name>.yaml (the group's default option when ``name`` is None) over
+    those of the options it extends (its own ``defaults`` list: conf/trainer/ddp.yaml extends default).
+    These groups are flat, so the merge is too."""
+    raw = _load(f"{group}/{name or group_default(group)}")
+    out = {}
+    for base in raw.get("defaults", []):
+        if base != "_self_":
+            out.update(option(group, base))
+    out.update({k: v for k, v in raw.items() if k != "defaults"})
+    return copy.deepcopy(out)
+
+
+def model_params(name: str) -> dict:
+    """The ``params`` of conf/model/<name>.yaml; {} for a model that has no YAML (``pair_ranker``)."""
+    if not (Path(CONF_DIR) / "model" / f"{name}.yaml").exists():
+        return {}
+    return option("model", name).get("params") or {}
+
+
+def defaults_from(group: str):
+    """Class decorator, under ``@dataclass``: each field that the group's default option states (with
+    the reason for its value) takes that value as its default; a field with a default of its own too
+    is refused. So ``TrainerConfig(epochs=4)`` trains as ``fourdb run trainer.epochs=4`` does."""
+    def apply(cls):
+        stated = option(group)
+        for name in cls.__annotations__:
+            if name not in stated:
+                continue
+            if name in vars(cls):
+                raise TypeError(f"{cls.__name__}.{name} has a default in code and in conf/{group}: keep one")
+            value = stated[name]
+            setattr(cls, name, field(default_factory=functools.partial(copy.deepcopy, value))
+                    if isinstance(value, (list, dict)) else value)
+        return cls
+
+    return apply
+
+
+def group_settings(group: str) -> set[str]:
+    """Every key that some option of conf/<group>/ states (sampler: name, fanouts)."""
+    return {key for path in (Path(CONF_DIR) / group).glob("*.yaml") for key in option(group, path.stem)}
+
+
+def run_settings() -> dict:
+    """The top-level keys of a composed run config, with conf/config.yaml's values: its own settings, and
+    the groups it picks an option of (an optional group, ``experiment: null``, adds its keys to the others)."""
+    raw = _load("config")
+    groups = [g for entry in raw["defaults"] if isinstance(entry, dict) for g, pick in entry.items()
+              if pick is not None and not g.startswith("override ")]
+    return {**{k: v for k, v in raw.items() if k not in ("defaults", "hydra")}, **{g: {} for g in groups}}
