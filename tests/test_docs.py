@@ -25,7 +25,7 @@ def test_docs_build_strictly(tmp_path):
     p = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
                         "--site-dir", str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert (tmp_path / "site" / "reference" / "index.html").exists()
+    assert (tmp_path / "site" / "add-a-model" / "index.html").exists()
 
 
 def test_every_docs_page_is_in_the_nav():
@@ -42,7 +42,7 @@ def test_readme_starts_with_the_two_commands_and_its_links_resolve():
     assert [line.split()[:2] for line in first_block] == [["make", "run"], ["make", "test"]]
     assert text.index("```bash\nmake run") < text.index("\n## ")  # before any section
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
-    assert "docs/trust.md" in links
+    assert "docs/trust.md" in links and "docs/add-a-model.md" in links
     for link in links:
         assert (ROOT / link).exists(), link
     assert (DOCS / "trust.md").read_text().startswith("# What fourdb trusts\n")

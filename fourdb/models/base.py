@@ -5,8 +5,8 @@ hands the model table features or a sampled graph; ``report()`` tells the run re
 A neural model only builds its ``torch.nn.Module`` and its data source: the one trainer, made by the
 trainer config it is handed (``trainer_cfg.trainer(info, seed)``), fits every one of them alike.
 
-Adding a model is one file in this package that registers it (``@MODELS.register("name")``) and one
-YAML in conf/model/; the registry finds the file itself.
+Adding a model is one file in this package that registers it (``@register_model("name")``) and one
+YAML in conf/model/; the registry finds the file itself (docs/add-a-model.md says how, step by step).
 """
 from __future__ import annotations
 
