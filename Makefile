@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install clean bench bench-engine bench-scale
+.PHONY: run test docs install clean bench bench-engine bench-scale
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -17,8 +17,13 @@ install: $(STAMP)
 run: $(STAMP)
 	DGLBACKEND=pytorch $(BIN)/fourdb run -m experiment=default
 
-test: $(STAMP)
+test: $(STAMP) docs
 	DGLBACKEND=pytorch $(BIN)/python -m pytest -q
+
+# The documentation site (mkdocs.yml, docs/) into site/; --strict fails on a broken link or anchor, or a page
+# left out of the nav. `make test` builds it first.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
 
 # Performance comparisons, one `BENCH name=... ratio=...` line each (not part of `make test`).
 # `bench` runs every benchmark group of the project; each group is a target it depends on.
@@ -40,7 +45,7 @@ bench-dfs: $(STAMP) $(FT_VENV)/.installed
 	$(BIN)/python benchmarks/dfs_vs_featuretools.py
 
 clean:
-	rm -rf $(VENV) outputs multirun .fourdb_cache
+	rm -rf $(VENV) outputs multirun .fourdb_cache site
 
 # Data-parallel scaling: 1-process vs 2-process epoch time (torchrun), with the cost model's prediction.
 .PHONY: bench-parallel

@@ -285,12 +285,13 @@ def test_a_sweep_over_feature_sets_runs_and_says_which_is_which(tmp_path):
     assert [json.loads(r.read_text())["inputs"]["features"] for r in records] == ["single_table", "dfs"]
 
 
-README = __import__("pathlib").Path(__file__).resolve().parents[1] / "README.md"
+REFERENCE = __import__("pathlib").Path(__file__).resolve().parents[1] / "docs" / "reference.md"
 
 
 def reference() -> str:
-    text = README.read_text()
-    return text[text.index("## Reference"):text.index("## Layout")]
+    """The documentation's Reference page, up to its Layout section."""
+    text = REFERENCE.read_text()
+    return text[text.index("# Reference"):text.index("## Layout")]
 
 
 def test_recommendation_labels_as_destinations_per_source():
@@ -305,7 +306,7 @@ def test_recommendation_labels_as_destinations_per_source():
     assert task_warnings(task) == []
 
 
-def test_readme_reference_metrics_and_units_are_the_code_s():
+def test_reference_metrics_and_units_are_the_code_s():
     import re
 
     from fourdb.metrics import METRICS, metrics_for
@@ -323,9 +324,9 @@ def test_readme_reference_metrics_and_units_are_the_code_s():
     assert listed == DURATION_UNITS
 
 
-def test_readme_negatives_example_has_both_labels(shop_db):
+def test_reference_negatives_example_has_both_labels(shop_db):
     block = reference().split("```yaml\n")[1].split("```")[0]
-    spec = TaskSpec.from_dict(yaml.safe_load(block), "README churn")
+    spec = TaskSpec.from_dict(yaml.safe_load(block), "docs/reference.md churn")
     task = materialize(spec, Database.load(shop_db))
     assert set(task.frame["label"]) == {0, 1} and task_warnings(task) == []
     users = Database.load(shop_db).tables["users"]

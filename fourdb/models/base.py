@@ -5,10 +5,10 @@ hands the model table features or a sampled graph; ``report()`` tells the run re
 A neural model only builds its ``torch.nn.Module`` and its data source: the one trainer, made by the
 trainer config it is handed (``trainer_cfg.trainer(info, seed)``), fits every one of them alike.
 
-Adding a model is one file in this package that registers it (``@MODELS.register("name")``) and one
-YAML in conf/model/; the registry finds the file itself. The YAML's ``params`` are the model's defaults,
-stated nowhere else: ``create_model`` fills in what it is not given from there, and refuses, in one line, a
-parameter the model does not take (``Model.parameters``).
+Adding a model is one file in this package that registers it (``@register_model("name")``) and one
+YAML in conf/model/; the registry finds the file itself (docs/add-a-model.md says how, step by step).
+The YAML's ``params`` are the model's defaults, stated nowhere else: ``create_model`` fills in what it is
+not given from there, and refuses, in one line, a parameter the model does not take (``Model.parameters``).
 """
 from __future__ import annotations
 
