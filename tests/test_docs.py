@@ -47,3 +47,38 @@ def test_readme_starts_with_the_two_commands_and_its_links_resolve():
         assert (ROOT / link).exists(), link
     assert (DOCS / "trust.md").read_text().startswith("# What fourdb trusts\n")
     assert "## What fourdb trusts" in text  # the section the command-line help refers to
+
+
+RUN_DOC_MODELS = r"""
+import re, sys, types, yaml
+sys.path.insert(0, {tests!r})
+from conftest import config
+from fourdb.run import run_experiment
+page = open({page!r}).read()
+blocks = re.findall(r"`fourdb/models/(\w+)\.py`:\n\n```python\n(.*?)```", page, re.S)
+params = {{m: yaml.safe_load(y)["params"]
+          for m, y in re.findall(r"`conf/model/(\w+)\.yaml`:\n\n```yaml\n(.*?)```", page, re.S)}}
+assert len(blocks) == 3 and set(params) == {{name for name, _ in blocks}}, (blocks, params)
+for name, code in blocks:
+    module = types.ModuleType(f"fourdb.models.{{name}}")
+    exec(compile(code, module.__name__, "exec"), module.__dict__)
+    sys.modules[module.__name__] = module
+for name, _ in blocks:
+    graph = name == "meanconv"
+    overrides = ["dataset=synthetic", "dataset.params.size=200", "task=taste", "trainer.progress=false",
+                 "trainer.epochs=2", "model=gbdt", f"model.name={{name}}", "~model.params",
+                 *(f"+model.params.{{k}}={{v}}" for k, v in params[name].items()),
+                 *(["graph=r2n", "sampler.fanouts=[5,5]"] if graph else [])]
+    metrics = run_experiment(config(*overrides))["metrics"]
+    print(name, metrics["test"]["auroc"])
+    assert 0.0 <= metrics["test"]["auroc"] <= 1.0
+"""
+
+
+def test_the_add_a_model_examples_run_as_written():
+    """The page's three models (graph, neural tabular, self-fitting tabular), taken from its code blocks
+    with their YAML params, train and score through ``run_experiment``: the page cannot drift from the API."""
+    script = RUN_DOC_MODELS.format(tests=str(ROOT / "tests"), page=str(DOCS / "add-a-model.md"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [line.split()[0] for line in done.stdout.splitlines()] == ["meanconv", "shallow", "linear"]
