@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
     from fourdb.rdb import Database
     from fourdb.rdb.schema import Table
-    from fourdb.tasks.spec import TaskSpec
+
+# a kind reads and fills a ``TaskSpec`` (fourdb.tasks.spec), which imports the kinds: named, not imported
 
 
 class TaskKind:

@@ -14,7 +14,6 @@ Cutoffs (``timestamps.rule``):
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -26,9 +25,6 @@ from fourdb.rdb.schema import check_keys
 from fourdb.tasks import fields
 from fourdb.tasks.kinds import TaskKind
 from fourdb.tasks.splits import SPLITS, by_time, split_codes
-
-if TYPE_CHECKING:
-    from fourdb.tasks.spec import TaskSpec
 
 RULES = ("fourdb", "relbench")
 OUTPUT_KEYS = ("entity", "cutoff", "label")
