@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -26,19 +25,24 @@ def _hydra_run(argv: list[str]) -> None:
         from fourdb.settings import check_settings
 
         from fourdb.engine.ddp import in_torchrun
-        from fourdb.launch import LAUNCHED_ENV, exit_rank, launch, needs_launch, quiet_other_ranks
+        from fourdb.launch import exit_rank, launch, needs_launch, quiet_other_ranks
+        from fourdb.prepare import clear_launch, read_launch
 
         out_dir = HydraConfig.get().runtime.output_dir
         quiet_other_ranks()
         try:  # trainer.nproc > 1: torchrun starts the ranks, rank 0 writes the record
             check_settings(cfg)  # before torchrun starts any rank, or trainer.nproc=auto profiles the run
-            record = launch(cfg, out_dir, list(HydraConfig.get().overrides.task), run_experiment) if needs_launch(cfg) \
-                else run_experiment(cfg, out_dir)
+            if needs_launch(cfg):
+                record = launch(cfg, out_dir, list(HydraConfig.get().overrides.task), run_experiment)
+            else:
+                if not in_torchrun():
+                    clear_launch(out_dir)
+                record = run_experiment(cfg, out_dir)
         except FourdbError as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
         if in_torchrun():  # a rank: the `fourdb run` that started torchrun prints the record, else rank 0
-            if record is not None and not os.environ.get(LAUNCHED_ENV):
+            if record is not None and read_launch(out_dir) is None:
                 log.info("run record: %s/record.json", out_dir)
                 print(format_records([record]), flush=True)
             exit_rank()

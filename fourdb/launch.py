@@ -25,12 +25,11 @@ from fourdb.engine import ddp
 from fourdb.engine.parallel import ParallelPlan, Profile, choose_nproc, fit_line, machine
 from fourdb.engine.timing import measure_steps
 from fourdb.errors import FourdbError
+from fourdb.prepare import clear_launch, prepare_run, write_launch
 
 log = logging.getLogger("fourdb")
 # keys this launcher sets for the ranks (the user's values for them are replaced)
 PINNED = ("trainer.nproc", "hydra.run.dir", "hydra.output_subdir", "hydra.job.name")
-LAUNCHED_ENV = "FOURDB_LAUNCHED"  # set for ranks this launcher started (it prints their record itself)
-PLAN_ENV = "FOURDB_PARALLEL_PLAN"  # trainer.nproc=auto: the plan, for rank 0's run record
 
 
 def requested_nproc(cfg: DictConfig):
@@ -81,31 +80,32 @@ def torchrun_command(overrides: list[str], out_dir: str, nproc: int, max_restart
 def launch(cfg: DictConfig, out_dir: str, overrides: list[str], run_here) -> dict:
     """Train on ``trainer.nproc`` processes under torchrun; return the run record rank 0 wrote.
     ``run_here(cfg, out_dir)`` runs it in this process instead, when ``auto`` picks one rank."""
-    n, extra, env = requested_nproc(cfg), [], dict(os.environ)
+    n, extra, plan, env = requested_nproc(cfg), [], None, dict(os.environ)
     if n == "auto":
         plan = recommend(cfg, out_dir)
         n = plan.nproc
         extra = [f"engine.workers={plan.workers}"] if cfg.get("engine") is not None else []
-        env[PLAN_ENV] = json.dumps(plan.to_dict())  # rank 0 puts it in the run record
-        if n == 1:
-            cfg = cfg.copy()
-            OmegaConf.set_struct(cfg, False)
-            cfg.trainer.nproc = 1
-            if extra:
-                cfg.engine.workers = plan.workers
-            os.environ[PLAN_ENV] = env[PLAN_ENV]
-            try:
-                return run_here(cfg, out_dir)
-            finally:
-                os.environ.pop(PLAN_ENV, None)
+    write_launch(out_dir, n, plan.to_dict() if plan is not None else None)  # read by the ranks, or by run_here
+    if n == 1:
+        cfg = cfg.copy()
+        OmegaConf.set_struct(cfg, False)
+        cfg.trainer.nproc = 1
+        if extra:
+            cfg.engine.workers = plan.workers
+        try:
+            return run_here(cfg, out_dir)
+        finally:
+            clear_launch(out_dir)
     max_restarts = int(cfg.trainer.get("max_restarts", 0) or 0)
     cmd = torchrun_command(overrides, out_dir, n, max_restarts, extra)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // n)))
     env.setdefault("DGLBACKEND", "pytorch")
-    env[LAUNCHED_ENV] = "1"
     log.info("starting %d ranks with torchrun (max restarts %d) in %s", n, max_restarts, out_dir)
     record_path = Path(out_dir) / "record.json"
-    proc = subprocess.run(cmd, env=env)
+    try:
+        proc = subprocess.run(cmd, env=env)
+    finally:
+        clear_launch(out_dir)  # the note was for the ranks; the record holds the plan
     if proc.returncode != 0 or not record_path.exists():
         raise FourdbError(f"the {n}-process run failed (torchrun exit status {proc.returncode}); "
                           f"rank logs are in {out_dir}")
@@ -172,28 +172,9 @@ def profile(model, data, trainer_cfg, batches: int = 4, seed: int = 0) -> Profil
 def recommend(cfg, out_dir) -> ParallelPlan:
     """Profile this run's model on its data and pick the number of ranks (the graph inputs are built
     into the run's shared folder on the way, so the ranks map them instead of building them)."""
-    from fourdb.datasets import load_dataset
-    from fourdb.inputs import graph_inputs, inputs_key, shared_folder, subsample, table_inputs
-    from fourdb.models import TaskInfo, create_model
-    from fourdb.tasks import find_task, materialize
-    from fourdb.train.trainer import TrainerConfig
-
-    source = cfg.dataset.get("path") or cfg.dataset.name  # a folder path or a built-in name
-    spec = find_task(source, cfg.task)
-    db = load_dataset(source, bool(cfg.dataset.get("allow_outside_paths")), **(cfg.dataset.get("params") or {}))
-    task = materialize(spec, db)
-    db = task.input_database(db)
-    splits = subsample(task, cfg.get("max_train_seeds"), cfg.get("max_val_seeds"))
-    info = TaskInfo(task.spec.task_type, task.num_classes, task.spec.metric)
-    model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
-    if model.input_kind == "graph":
-        data, _ = ddp.shared_inputs(lambda: graph_inputs(cfg, db, task, splits), shared_folder(cfg, out_dir), ddp.Context(),
-                                    inputs_key(cfg))
-    else:
-        data = table_inputs(cfg, db, task, splits)
-    tc = OmegaConf.to_container(cfg.trainer, resolve=True)
-    tc["nproc"] = 1
-    prof = profile(model, data, TrainerConfig(**tc), seed=cfg.seed)
+    run = prepare_run(cfg)
+    data, _, _ = run.inputs(out_dir, share=True)  # built into the shared folder: the ranks map it
+    prof = profile(run.model, data, run.trainer_config(nproc=1), seed=cfg.seed)
     cores, gpus = machine()
     plan = choose_nproc(prof, cores, gpus, _memory_bound())
     log.info("parallel auto: per batch of %d: sample %.1f ms, model %.1f ms (%.1f ms on one thread), "

@@ -15,19 +15,14 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fourdb.datasets import load_dataset
 from fourdb.engine import ddp
-from fourdb.launch import PLAN_ENV
 from fourdb.engine.data import GraphData
-from fourdb.inputs import (SPLITS, graph_engine, graph_inputs, graph_label, inputs_key, log_columns,  # noqa: F401
-                           run_inputs, shared_folder, subsample)
-from fourdb.models import TaskInfo, create_model
+from fourdb.inputs import SPLITS, graph_inputs, log_columns, run_inputs, subsample  # noqa: F401 - tests' helpers
+from fourdb.metrics import evaluate
+from fourdb.prepare import prepare_run, read_launch
 from fourdb.rdb.fingerprint import database_fingerprint
 from fourdb.settings import check_settings
-from fourdb.tasks import find_task, materialize
-from fourdb.metrics import evaluate
-from fourdb.train.trainer import TrainerConfig
-from fourdb.utils import environment as utils_environment, atomic_output, atomic_write_text, stable_hash
+from fourdb.utils import environment as utils_environment, atomic_output, atomic_write_text
 
 log = logging.getLogger("fourdb")
 RECORD_VERSION = 1
@@ -42,17 +37,6 @@ def seed_everything(seed: int) -> None:
 def environment() -> dict:
     return utils_environment(("fourdb", "torch", "dgl", "duckdb", "pandas", "numpy", "scikit-learn"),
                              gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
-
-
-# trainer settings that do not change what a run computes (a checkpoint of one setting resumes the other)
-RESUMABLE_ACROSS = ("progress", "nproc", "backend", "max_restarts", "checkpoint_every")
-
-
-def checkpoint_key(cfg: DictConfig) -> str:
-    conf = OmegaConf.to_container(cfg, resolve=True)
-    for k in RESUMABLE_ACROSS:
-        (conf.get("trainer") or {}).pop(k, None)
-    return stable_hash(conf)
 
 
 PREDICTIONS = "predictions.parquet"  # a run's test predictions, beside its record
@@ -95,33 +79,12 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     if ctx.distributed:  # every rank works in rank 0's folder
         out_dir = ddp.broadcast(str(out_dir) if out_dir is not None else None)
     seed_everything(cfg.seed)
-    dataset = cfg.dataset.name
-    source = cfg.dataset.get("path") or dataset  # a database folder given by path, or a built-in name
-    spec = find_task(source, cfg.task)  # a bad task file fails before the database is loaded or built
-    db = load_dataset(source, bool(cfg.dataset.get("allow_outside_paths")), **(cfg.dataset.get("params") or {}))
-    task = materialize(spec, db)
-    seen = task.input_database(db)  # what models may read: the task's removed columns are gone
-    splits = subsample(task, cfg.get("max_train_seeds"), cfg.get("max_val_seeds"))
-    info = TaskInfo(task.spec.task_type, task.num_classes, task.spec.metric)
-    model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
-    shared = None
-    if model.input_kind == "graph" and not task.spec.task_type.is_ranking:
-        inputs = graph_label(cfg)
-        key = inputs_key(cfg)
-        if ctx.distributed or ddp.shared_manifest(shared_folder(cfg, out_dir), key):  # one copy per machine, mapped
-            data, shared = ddp.shared_inputs(lambda: graph_inputs(cfg, seen, task, splits), shared_folder(cfg, out_dir),
-                                             ctx, key)
-            data.engine = graph_engine(cfg)
-        else:
-            data = graph_inputs(cfg, seen, task, splits)
-    else:
-        data, inputs = run_inputs(cfg, seen, task, splits, model.input_kind)
+    run = prepare_run(cfg)
+    db, task, splits, model = run.db, run.task, run.splits, run.model
+    data, inputs, shared = run.inputs(out_dir, ctx)
     log_columns(cfg, db, task, model.input_kind, data.graph.encoders if isinstance(data, GraphData) else None)
-    trainer_cfg = TrainerConfig(**OmegaConf.to_container(cfg.trainer, resolve=True),
-                                checkpoint_dir=str(out_dir) if out_dir is not None else None,
-                                checkpoint_key=checkpoint_key(cfg))
     fit_start = time.perf_counter()
-    model.fit(data, trainer_cfg)
+    model.fit(data, run.trainer_config(out_dir))
     fit_seconds = time.perf_counter() - fit_start
     predictions = {s: model.predict(data, s) for s in SPLITS}  # every rank takes part (outputs are gathered)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -135,7 +98,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     metrics = {s: evaluate(task.spec.metrics, splits[s]["label"].to_numpy(), predictions[s], y_train) for s in SPLITS}
     record = {
         "record_version": RECORD_VERSION,
-        "dataset": dataset, "task": task.spec.name, "task_spec_hash": task.spec.spec_hash,
+        "dataset": cfg.dataset.name, "task": task.spec.name, "task_spec_hash": task.spec.spec_hash,
         "database_fingerprint": database_fingerprint(db),
         "task_type": task.spec.task_type, "metric": task.spec.metric,
         "model": cfg.model.name, "inputs": inputs, "seed": int(cfg.seed),
@@ -151,16 +114,16 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     }
     certify_cfg = cfg.get("certify") or {}
     if certify_cfg.get("enabled") and not ctx.distributed:
-        record["certify"] = certify_run(cfg, model, seen, task, splits, certify_cfg)
+        record["certify"] = certify_run(cfg, model, run.seen, task, splits, certify_cfg)
     if ctx.distributed:
         record["distributed"] = {"world_size": ctx.world, "backend": ctx.backend, "peak_memory_mb_per_rank": peaks,
                                  "shared_graph": shared, "restarts": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))}
-    if os.environ.get(PLAN_ENV):  # trainer.nproc=auto: the cost model's prediction beside the measured epochs
-        plan = json.loads(os.environ[PLAN_ENV])
+    plan = (read_launch(out_dir) or {}).get("plan")
+    if plan:  # trainer.nproc=auto: the cost model's prediction beside the measured epochs
         measured = (record["engine"] or {}).get("epoch_seconds") or [h["seconds"] for h in record["history"]]
         record["parallel_auto"] = {**plan, "measured_epoch_s": measured}
         log.info("parallel auto: %d rank(s), predicted epoch %.2f s; measured %s", ctx.world,
-                 plan["predicted_epoch_s"].get(str(ctx.world), plan["predicted_epoch_s"].get(ctx.world, float("nan"))),
+                 plan["predicted_epoch_s"].get(str(ctx.world), float("nan")),
                  ", ".join(f"{s:.2f} s" for s in measured))
     if out_dir is not None:
         save_predictions(Path(out_dir) / PREDICTIONS, db, task, splits["test"], predictions["test"])

@@ -19,6 +19,7 @@ LAYERS = [
     ("fourdb.models",),
     ("fourdb.train",),
     ("fourdb.inputs", "fourdb.certify", "fourdb.settings"),
+    ("fourdb.prepare",),
     ("fourdb.launch", "fourdb.run"),
     ("fourdb.leaderboard", "fourdb.export"),  # both read run records, tasks and databases
     ("fourdb.cli",),

@@ -210,3 +210,21 @@ def test_cluster_launchers_are_configured():
                         return_hydra_config=True)
         assert slurm.hydra.launcher.partition == "gpu" and slurm.hydra.launcher.tasks_per_node == 1
         assert slurm.hydra.launcher._target_.endswith("SlurmLauncher")
+
+
+def test_nproc_auto_hands_its_plan_to_the_run_by_file_not_environment(tmp_path):
+    """``trainer.nproc=auto``: the launcher's plan reaches the run (in this process or in its ranks)
+    through a note in the run folder, which is gone once the record holds the prediction beside the
+    measured epochs; a run started afterwards in the same folder without the launcher has no plan."""
+    out = tmp_path / "run"
+    p = fourdb("run", *RUN, "trainer.nproc=auto", f"hydra.run.dir={out}", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    record = json.loads((out / "record.json").read_text())
+    auto = record["parallel_auto"]
+    assert auto["nproc"] == record["nproc"] in (1, 2)
+    assert set(auto["predicted_epoch_s"]) >= {"1"} and len(auto["measured_epoch_s"]) == 2
+    assert not (out / "launch.json").exists()
+    (out / "launch.json").write_text(json.dumps({"nproc": 1, "plan": auto}))  # left by a crashed launcher
+    p = fourdb("run", *RUN, "trainer.nproc=1", f"hydra.run.dir={out}", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "parallel_auto" not in json.loads((out / "record.json").read_text())

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from fourdb.datasets import load_dataset
 from fourdb.errors import FourdbError
 from fourdb.export.keys import positions
 from fourdb.export.tasks import column_names
 from fourdb.rdb.fingerprint import database_fingerprint
-from fourdb.tasks import TaskType, find_task
+from fourdb.prepare import prepare_run
+from fourdb.tasks import TaskType
 from fourdb.utils import atomic_output
 
 FORMATS = ("relbench",)
@@ -42,12 +42,10 @@ def export_predictions(run_dir: str | Path, out: str | Path, fmt: str = "relbenc
                           f"record.json, so run it again")
     if not _relbench_evaluates(record.get("task_type")):
         raise FourdbError(f"{run_dir}: a {record['task_type']} task, and RelBench has no evaluator for those")
-    cfg = record["config"]
-    source = cfg["dataset"].get("path") or cfg["dataset"]["name"]
-    spec = find_task(source, cfg["task"])
+    run = prepare_run(record["config"], until="database")  # the task and database the run read, as it read them
+    spec, db = run.spec, run.db
     if spec.spec_hash != record.get("task_spec_hash"):
         raise FourdbError(f"{run_dir}: task '{spec.name}' has changed since the run, so its test rows may have too")
-    db = load_dataset(source, bool(cfg["dataset"].get("allow_outside_paths")), **(cfg["dataset"].get("params") or {}))
     if database_fingerprint(db) != record.get("database_fingerprint"):
         raise FourdbError(f"{run_dir}: database '{record['dataset']}' has changed since the run")
     preds = pd.read_parquet(path)

@@ -1,0 +1,109 @@
+"""Everything a run needs, built one way from its config: ``fourdb run``, every DDP rank, the profile that
+picks ``trainer.nproc=auto`` and ``fourdb export`` all start from ``prepare_run``, so none of them can read
+a different task, database, split or model than the run it stands for."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from fourdb.datasets import load_dataset
+from fourdb.engine import ddp
+from fourdb.inputs import graph_engine, graph_inputs, graph_label, inputs_key, run_inputs, shared_folder, subsample
+from fourdb.models import Model, TaskInfo, create_model
+from fourdb.rdb import Database
+from fourdb.tasks import Task, TaskSpec, find_task, materialize
+from fourdb.train.trainer import TrainerConfig
+from fourdb.utils import atomic_write_text, stable_hash
+
+# trainer settings that do not change what a run computes (a checkpoint of one setting resumes the other)
+RESUMABLE_ACROSS = ("progress", "nproc", "backend", "max_restarts", "checkpoint_every")
+LAUNCH_FILE = "launch.json"  # written by the launcher in the run folder: how many ranks it started, and why
+
+
+@dataclass
+class PreparedRun:
+    cfg: DictConfig
+    spec: TaskSpec
+    db: Database  # the whole database (fingerprinted; certification cuts it)
+    task: Task | None = None
+    seen: Database | None = None  # what a model may read: the task's removed columns are gone
+    splits: dict | None = None  # the seeds each split trains or is scored on (subsampled)
+    model: Model | None = None  # untrained
+
+    def inputs(self, out_dir=None, ctx: ddp.Context | None = None, share: bool = False):
+        """The model's inputs, how the run record names them, and the shared-graph note (or None).
+
+        The graph of a classification or regression run is built once per machine into a shared folder
+        and mapped by every rank; ``share`` builds it there even in one process (the launcher's profile,
+        so the ranks it starts map what it built)."""
+        cfg, ctx = self.cfg, ctx or ddp.Context()
+        if self.model.input_kind == "graph" and not self.spec.task_type.is_ranking:
+            folder, key = shared_folder(cfg, out_dir), inputs_key(cfg)
+            if share or ctx.distributed or ddp.shared_manifest(folder, key):
+                data, shared = ddp.shared_inputs(lambda: graph_inputs(cfg, self.seen, self.task, self.splits),
+                                                 folder, ctx, key)
+                data.engine = graph_engine(cfg)
+                return data, graph_label(cfg), shared
+            return graph_inputs(cfg, self.seen, self.task, self.splits), graph_label(cfg), None
+        data, label = run_inputs(cfg, self.seen, self.task, self.splits, self.model.input_kind)
+        return data, label, None
+
+    def trainer_config(self, out_dir=None, **changes) -> TrainerConfig:
+        """The run's trainer settings; with ``out_dir`` it checkpoints there under the run's config hash."""
+        return TrainerConfig(**{**OmegaConf.to_container(self.cfg.trainer, resolve=True), **changes},
+                             checkpoint_dir=str(out_dir) if out_dir is not None else None,
+                             checkpoint_key=checkpoint_key(self.cfg) if out_dir is not None else None)
+
+
+def run_source(cfg) -> str:
+    """The database a run reads: a folder given by path, or a built-in name."""
+    return cfg["dataset"].get("path") or cfg["dataset"]["name"]
+
+
+def prepare_run(cfg, until: str = "model") -> PreparedRun:
+    """The run of ``cfg`` (a composed config, or a run record's ``config``) up to ``until``: ``"database"``
+    (the task's spec and the database: what ``fourdb export`` checks against a record) or ``"model"``
+    (also the materialized task, the seeds of each split and the untrained model)."""
+    if until not in ("database", "model"):
+        raise ValueError(f"until must be 'database' or 'model', got {until!r}")
+    cfg = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
+    source = run_source(cfg)
+    spec = find_task(source, cfg.task)  # a bad task file fails before the database is loaded or built
+    db = load_dataset(source, bool(cfg.dataset.get("allow_outside_paths")), **(cfg.dataset.get("params") or {}))
+    run = PreparedRun(cfg, spec, db)
+    if until == "database":
+        return run
+    run.task = materialize(spec, db)
+    run.seen = run.task.input_database(db)
+    run.splits = subsample(run.task, cfg.get("max_train_seeds"), cfg.get("max_val_seeds"))
+    info = TaskInfo(spec.task_type, run.task.num_classes, spec.metric)
+    run.model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
+    return run
+
+
+def checkpoint_key(cfg: DictConfig) -> str:
+    conf = OmegaConf.to_container(cfg, resolve=True)
+    for k in RESUMABLE_ACROSS:
+        (conf.get("trainer") or {}).pop(k, None)
+    return stable_hash(conf)
+
+
+def write_launch(out_dir, nproc: int, plan: dict | None) -> None:
+    """The launcher's note to the ranks it starts (and to a run it keeps in its own process): they were
+    launched (the launcher prints the record), and ``trainer.nproc=auto``'s plan for the run record."""
+    atomic_write_text(Path(out_dir) / LAUNCH_FILE, json.dumps({"nproc": nproc, "plan": plan}))
+
+
+def read_launch(out_dir) -> dict | None:
+    """The launcher's note in ``out_dir``, or None for a run no fourdb launcher started."""
+    path = Path(out_dir) / LAUNCH_FILE if out_dir is not None else None
+    return json.loads(path.read_text()) if path is not None and path.is_file() else None
+
+
+def clear_launch(out_dir) -> None:
+    """A run started without the launcher: a note left in its folder by an earlier run is not its own."""
+    if out_dir is not None:
+        (Path(out_dir) / LAUNCH_FILE).unlink(missing_ok=True)
