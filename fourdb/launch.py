@@ -25,7 +25,7 @@ from fourdb.engine import ddp
 from fourdb.engine.parallel import ParallelPlan, Profile, choose_nproc, fit_line, machine
 from fourdb.engine.timing import measure_steps
 from fourdb.errors import FourdbError
-from fourdb.prepare import clear_launch, prepare_run, write_launch
+from fourdb.prepare import clear_launch, prepare_run, trainer_config, write_launch
 
 log = logging.getLogger("fourdb")
 # keys this launcher sets for the ranks (the user's values for them are replaced)
@@ -33,7 +33,7 @@ PINNED = ("trainer.nproc", "hydra.run.dir", "hydra.output_subdir", "hydra.job.na
 
 
 def requested_nproc(cfg: DictConfig):
-    value = cfg.trainer.get("nproc", 1) if cfg.get("trainer") is not None else 1
+    value = trainer_config(cfg).nproc
     if value in (None, "auto"):
         return "auto" if value == "auto" else 1
     try:
@@ -96,7 +96,7 @@ def launch(cfg: DictConfig, out_dir: str, overrides: list[str], run_here) -> dic
             return run_here(cfg, out_dir)
         finally:
             clear_launch(out_dir)
-    max_restarts = int(cfg.trainer.get("max_restarts", 0) or 0)
+    max_restarts = trainer_config(cfg).max_restarts
     cmd = torchrun_command(overrides, out_dir, n, max_restarts, extra)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // n)))
     env.setdefault("DGLBACKEND", "pytorch")

@@ -52,10 +52,7 @@ class PreparedRun:
         return data, label, None
 
     def trainer_config(self, out_dir=None, **changes) -> TrainerConfig:
-        """The run's trainer settings; with ``out_dir`` it checkpoints there under the run's config hash."""
-        return TrainerConfig(**{**OmegaConf.to_container(self.cfg.trainer, resolve=True), **changes},
-                             checkpoint_dir=str(out_dir) if out_dir is not None else None,
-                             checkpoint_key=checkpoint_key(self.cfg) if out_dir is not None else None)
+        return trainer_config(self.cfg, out_dir, **changes)
 
 
 def run_source(cfg) -> str:
@@ -82,6 +79,14 @@ def prepare_run(cfg, until: str = "model") -> PreparedRun:
     info = TaskInfo(spec.task_type, run.task.num_classes, spec.metric)
     run.model = create_model(cfg.model.name, info, seed=cfg.seed, **(cfg.model.get("params") or {}))
     return run
+
+
+def trainer_config(cfg: DictConfig, out_dir=None, **changes) -> TrainerConfig:
+    """The run's trainer settings (what the trainer group leaves out takes TrainerConfig's one-process
+    default); with ``out_dir`` it checkpoints there under the run's config hash."""
+    return TrainerConfig(**{**OmegaConf.to_container(cfg.trainer, resolve=True), **changes},
+                         checkpoint_dir=str(out_dir) if out_dir is not None else None,
+                         checkpoint_key=checkpoint_key(cfg) if out_dir is not None else None)
 
 
 def checkpoint_key(cfg: DictConfig) -> str:

@@ -19,7 +19,7 @@ from fourdb.engine import ddp
 from fourdb.engine.data import GraphData
 from fourdb.inputs import SPLITS, graph_inputs, log_columns, run_inputs, subsample  # noqa: F401 - tests' helpers
 from fourdb.metrics import evaluate
-from fourdb.prepare import prepare_run, read_launch
+from fourdb.prepare import prepare_run, read_launch, trainer_config
 from fourdb.rdb.fingerprint import database_fingerprint
 from fourdb.settings import check_settings
 from fourdb.utils import environment as utils_environment, atomic_output, atomic_write_text
@@ -64,7 +64,7 @@ def certify_run(cfg: DictConfig, model, db, task, splits: dict, options) -> dict
         return run_inputs(cfg, db_, task, splits_, model.input_kind)[0]
 
     start = time.perf_counter()
-    out = certify(build, model, db, task, splits, int(options.get("groups", 3)), int(options.get("max_seeds", 200)),
+    out = certify(build, model, db, task, splits, int(options.groups), int(options.max_seeds),
                   int(cfg.seed))
     out["seconds"] = round(time.perf_counter() - start, 2)
     return out
@@ -75,7 +75,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
     and evaluates its share; rank 0 writes the record and the other ranks return None."""
     check_settings(cfg)  # a mistyped setting is one line, before any data is read
     start = time.perf_counter()
-    ctx = ddp.init(cfg.trainer.get("backend", "auto"))
+    ctx = ddp.init(trainer_config(cfg).backend)
     if ctx.distributed:  # every rank works in rank 0's folder
         out_dir = ddp.broadcast(str(out_dir) if out_dir is not None else None)
     seed_everything(cfg.seed)
@@ -112,9 +112,8 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
         "config": OmegaConf.to_container(cfg, resolve=True),
         **environment(),
     }
-    certify_cfg = cfg.get("certify") or {}
-    if certify_cfg.get("enabled") and not ctx.distributed:
-        record["certify"] = certify_run(cfg, model, run.seen, task, splits, certify_cfg)
+    if cfg.certify.enabled and not ctx.distributed:
+        record["certify"] = certify_run(cfg, model, run.seen, task, splits, cfg.certify)
     if ctx.distributed:
         record["distributed"] = {"world_size": ctx.world, "backend": ctx.backend, "peak_memory_mb_per_rank": peaks,
                                  "shared_graph": shared, "restarts": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))}

@@ -54,6 +54,21 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def yaml_text(data) -> str:
+    """``data`` as YAML, multi-line text (a task's SQL) as a readable ``|`` block. PyYAML keeps a quoted
+    string wherever a block could not hold it exactly (a line ending in spaces), so it reads back the same."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper, value: str):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+    Dumper.add_representer(str, text)
+    return yaml.dump(data, Dumper=Dumper, sort_keys=False, allow_unicode=True, width=4096)
+
+
 def progress(iterable=None, enabled: bool | None = True, **kwargs):
     """A tqdm bar on stderr, shown only when asked for and stderr is a terminal (logs stay clean).
 

@@ -13,6 +13,7 @@ import pytest
 from conftest import config
 from omegaconf import OmegaConf
 
+import fourdb.prepare
 import fourdb.run
 from fourdb.defaults import CONF_DIR, group_default, option
 from fourdb.engine.config import EngineConfig
@@ -75,6 +76,22 @@ def test_every_model_default_is_stated_once():
                     and len(node.args) == 2 and isinstance(node.args[0], ast.Constant) and node.args[0].value in stated
                     and not (isinstance(node.args[1], ast.Constant) and node.args[1].value is None)):
                 pytest.fail(f"{path.name}:{node.lineno} falls back to a default for '{node.args[0].value}'")
+
+
+def test_every_feature_set_default_is_stated_once():
+    """A feature set's settings (conf/features/<name>.yaml) have no default in the code that takes them:
+    every function taking one says None (\"not given\") and takes the YAML's, so code and CLI compute alike."""
+    from fourdb.features.dfs import cached_dfs, check_config, compute_dfs, dfs_features
+    from fourdb.features.report import column_report
+
+    for path in sorted((CONF / "features").glob("*.yaml")):
+        stated = own_settings("features", path.stem)
+        for fn in (compute_dfs, cached_dfs, dfs_features, column_report):
+            for key in stated:
+                param = inspect.signature(fn).parameters.get(key)
+                assert param is None or param.default is None, f"{fn.__name__} states a default for {key}"
+    dfs = own_settings("features", "dfs")
+    assert check_config(None, None) == (dfs["depth"], tuple(dfs["primitives"]))
 
 
 def test_gbdt_runs_with_the_max_features_its_yaml_gives():
@@ -142,8 +159,8 @@ def test_a_mistyped_setting_is_one_line_before_any_data_is_read(overrides, messa
     def no_data(*args, **kwargs):
         raise AssertionError("the database was read before the settings were checked")
 
-    monkeypatch.setattr(fourdb.run, "load_dataset", no_data)
-    monkeypatch.setattr(fourdb.run, "find_task", no_data)
+    monkeypatch.setattr(fourdb.prepare, "load_dataset", no_data)
+    monkeypatch.setattr(fourdb.prepare, "find_task", no_data)
     with pytest.raises(FourdbError) as err:
         fourdb.run.run_experiment(config("dataset=synthetic", "task=taste", *overrides))
     assert message in str(err.value) and "\n" not in str(err.value), str(err.value)

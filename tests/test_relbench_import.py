@@ -154,9 +154,11 @@ def test_tables_keys_and_time_columns_come_from_the_manifest(imported):
 
 def test_forecast_task_file(imported):
     src, out, _, _ = imported
-    raw = yaml.safe_load((out / "tasks" / "user-churn.yaml").read_text())
+    text = (out / "tasks" / "user-churn.yaml").read_text()
+    raw = yaml.safe_load(text)
     verbatim = TaskManifest.load(src / "tasks" / "user-churn" / "manifest.yaml").sql
     assert raw["kind"] == "entity_window" and raw["task_type"] == "binary" and raw["sql"] == verbatim
+    assert "\n" in verbatim and "\nsql: |" in text  # the SQL as a block a person can read and edit, not one escaped line
     assert raw["window"] == "14 days" and raw["metrics"][0] == "roc_auc"
     assert raw["output"] == {"entity": "user_id", "cutoff": "timestamp", "label": "churn"}
     assert raw["timestamps"] == {"val": VAL, "test": TEST, "rule": "relbench", "num_eval_timestamps": 2}

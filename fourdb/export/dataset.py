@@ -12,7 +12,6 @@ from collections import Counter
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from fourdb.datasets import DATASETS, dataset_error, load_dataset
 from fourdb.errors import FourdbError, TaskError
@@ -20,7 +19,7 @@ from fourdb.export.keys import positions, relbench_tables
 from fourdb.export.tasks import MANIFEST_VERSION, ExportedTask, as_forecast, convertible, external, forecast, stamp
 from fourdb.rdb import Database
 from fourdb.tasks import TASKS_DIR, TaskSpec, find_task
-from fourdb.utils import atomic_output
+from fourdb.utils import atomic_output, yaml_text
 
 
 def task_names(dataset: str) -> list[str]:
@@ -119,20 +118,6 @@ def _write_parquet(path: Path, frame: pd.DataFrame) -> None:
     path.write_bytes(buf.getvalue())
 
 
-class _Dumper(yaml.SafeDumper):
-    """Multi-line text (a task's SQL) as a readable ``|`` block."""
-
-
-def _text(dumper, value: str):
-    if "\n" in value:  # a block cannot end a line in spaces
-        value = "\n".join(line.rstrip() for line in value.strip("\n").splitlines())
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
-
-
-_Dumper.add_representer(str, _text)
-
-
 def _write_yaml(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=4096))
+    path.write_text(yaml_text(data))

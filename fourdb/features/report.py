@@ -40,8 +40,8 @@ def seed_tables(db: Database, task: Task | None) -> list[str]:
     return [t for t in (task.spec.entity_table, task.spec.destination_table) if t]
 
 
-def column_report(db: Database, task: Task | None = None, kinds=KINDS, graph: str = "r2ne", depth: int = 2,
-                  primitives=PRIMITIVES, encoders: dict[str, TableEncoder] | None = None) -> list[ColumnUse]:
+def column_report(db: Database, task: Task | None = None, kinds=KINDS, graph: str = "r2ne", depth: int | None = None,
+                  primitives=None, encoders: dict[str, TableEncoder] | None = None) -> list[ColumnUse]:
     """A ``ColumnUse`` per column of ``db`` and model kind. With a task, as a run of it reads them (its
     removed and hidden columns, its entity table, encoders fitted before validation); ``encoders``: the
     graph's, already fitted."""

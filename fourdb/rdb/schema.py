@@ -225,6 +225,6 @@ class Schema:
         return cls.from_dict(raw, str(path))
 
     def save(self, folder: str | Path) -> None:
-        from fourdb.utils import atomic_write_text
+        from fourdb.utils import atomic_write_text, yaml_text
 
-        atomic_write_text(Path(folder) / "schema.yaml", yaml.safe_dump(self.to_dict(), sort_keys=False))
+        atomic_write_text(Path(folder) / "schema.yaml", yaml_text(self.to_dict()))

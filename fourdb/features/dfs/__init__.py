@@ -76,7 +76,7 @@ log = logging.getLogger("fourdb")
 DFS_VERSION = 1  # bump when the computed values change, so stale caches are not read
 
 
-def compute_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int = 2, primitives=PRIMITIVES,
+def compute_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int | None = None, primitives=None,
                 hidden=(), progress: bool = True, threads: int | None = None) -> pd.DataFrame:
     """DFS features of each seed row (columns ``node``: row number in ``seed_table``, ``cutoff``).
 
@@ -157,7 +157,7 @@ def seeds_hash(seeds: pd.DataFrame) -> str:
     return h.hexdigest()[:16]
 
 
-def cached_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int = 2, primitives=PRIMITIVES,
+def cached_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int | None = None, primitives=None,
                hidden=(), task_hash: str = "", progress: bool = True) -> pd.DataFrame:
     """``compute_dfs`` through the parquet cache under ``cache_root()/dfs``."""
     depth, primitives = check_config(depth, primitives)
@@ -183,7 +183,7 @@ def _concat(a: EncodedTable, b: EncodedTable) -> EncodedTable:
 
 
 @FEATURES.register("dfs")
-def dfs_features(db: Database, task, splits: dict, depth: int = 2, primitives=PRIMITIVES,
+def dfs_features(db: Database, task, splits: dict, depth: int | None = None, primitives=None,
         progress: bool = True) -> dict[str, EncodedTable]:
     """Feature set ``dfs``: the seed row's own (known) columns plus DFS features up to ``depth`` hops."""
     table = db.schema.table(task.spec.entity_table)

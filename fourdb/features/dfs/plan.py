@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fourdb.errors import FourdbError
+from fourdb.defaults import option
 from fourdb.rdb.schema import Schema, Table
 
 NUMERIC_PRIMITIVES = ("sum", "mean", "min", "max", "std", "last")
@@ -131,6 +132,11 @@ def build_plan(schema: Schema, table: str, depth: int, primitives=PRIMITIVES, ba
 
 
 def check_config(depth, primitives) -> tuple[int, tuple[str, ...]]:
+    """``depth`` and ``primitives`` checked; None takes conf/features/dfs.yaml's, the one place they are stated."""
+    if depth is None or primitives is None:
+        stated = option("features", "dfs")
+        depth = stated["depth"] if depth is None else depth
+        primitives = stated["primitives"] if primitives is None else primitives
     try:
         depth = int(depth)
     except (TypeError, ValueError):

@@ -49,7 +49,7 @@ from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, SourceTab
 from fourdb.rdb.importers.dtypes import infer_dtype
 from fourdb.rdb.importers.keys import infer_foreign_keys, infer_primary_key
 from fourdb.rdb.sandbox import refuse_links_out
-from fourdb.utils import atomic_output, atomic_write_text
+from fourdb.utils import atomic_output, atomic_write_text, yaml_text
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
@@ -116,7 +116,7 @@ def _check_task(folder: Path, db: Database, name: str, spec: dict, report: Impor
         (folder / "tasks").mkdir(exist_ok=True)
         spec["candidates"].to_parquet(folder / path, index=False)
         spec = {**spec, "candidates": str(path)}
-    text = yaml.safe_dump(spec, sort_keys=False)
+    text = yaml_text(spec)  # SQL as a readable block
     try:
         task = materialize(TaskSpec.from_dict(yaml.safe_load(text), f"tasks/{name}.yaml"), db)
     except FourdbError as e:
