@@ -22,8 +22,8 @@ import pandas as pd
 import yaml
 
 from fourdb.errors import DatabaseImportError, FourdbError
-from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, Imported, SourceTable
-from fourdb.rdb.importers.samples import _samples_task
+from fourdb.importers.base import IMPORTERS, Format, ImportReport, Imported, SourceTable
+from fourdb.importers.samples import _samples_task
 from fourdb.rdb.sandbox import SQLSandbox, inside_folder
 from fourdb.tasks.types import TaskType
 
