@@ -187,7 +187,7 @@ def _validate(args) -> int:
 
 def _describe(args) -> int:
     from fourdb.datasets import load_dataset
-    from fourdb.features.report import column_report, report_frame
+    from fourdb.describe import column_report, report_frame
     from fourdb.leaderboard.cli import _params  # KEY=VALUE as `fourdb leaderboard template` reads them
     from fourdb.rdb.diagram import write_diagram
     from fourdb.tasks import find_task, materialize
@@ -214,7 +214,7 @@ def _describe(args) -> int:
 
 
 def _import(args) -> int:
-    from fourdb.rdb.importers import import_database
+    from fourdb.importers import import_database
 
     report = import_database(args.path, args.out, name=args.name, lenient=args.lenient,
                              allow_outside_paths=args.allow_outside_paths)

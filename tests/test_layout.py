@@ -7,20 +7,25 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1] / "fourdb"
-# the data flow, earliest first: a module may import its own layer and earlier ones, never later ones
-LAYERS = [
-    ("fourdb", "fourdb.errors", "fourdb.utils", "fourdb.registry", "fourdb.contracts", "fourdb.metrics"),
+# the foundations, in the order they may import each other: each only the ones before it
+FOUNDATIONS = ("fourdb", "fourdb.errors", "fourdb.utils", "fourdb.registry", "fourdb.contracts", "fourdb.metrics",
+               "fourdb.defaults")
+# the data flow, earliest first: a module may import its own package and earlier layers, never a later layer
+# nor another package of its own layer
+LAYERS = [(name,) for name in FOUNDATIONS] + [
     ("fourdb.rdb",),
     ("fourdb.datasets",),
     ("fourdb.tasks",),
-    ("fourdb.rdb.importers",),  # a converted dataset's tasks are materialized once, so importers come after tasks
+    ("fourdb.importers",),  # a converted dataset's tasks are materialized once, so importers come after tasks
+    ("fourdb.columns",),  # the column encoders both features and graph use
     ("fourdb.features", "fourdb.graph"),
+    ("fourdb.describe",),  # which columns each model kind reads: from features (DFS) and graph alike
     ("fourdb.engine",),
     ("fourdb.models",),
     ("fourdb.train",),
     ("fourdb.inputs", "fourdb.certify", "fourdb.settings"),
-    ("fourdb.prepare",),
-    ("fourdb.launch", "fourdb.run"),
+    ("fourdb.prepare",),  # a run's task, database, splits, model, inputs and trainer config
+    ("fourdb.launch", "fourdb.run"),  # the launcher and a run both start from prepare_run; neither imports the other
     ("fourdb.leaderboard", "fourdb.export"),  # both read run records, tasks and databases
     ("fourdb.cli",),
 ]
@@ -56,9 +61,19 @@ def imports() -> dict[str, set[str]]:
     return edges
 
 
+def place(module: str) -> str:
+    """The entry of ``LAYERS`` a module belongs to: the longest that names it or a package above it."""
+    return max((p for group in LAYERS for p in group if module == p or module.startswith(p + ".")), key=len)
+
+
 def layer(module: str) -> int:
-    best = max((p for group in LAYERS for p in group if module == p or module.startswith(p + ".")), key=len)
-    return next(i for i, group in enumerate(LAYERS) if best in group)
+    return next(i for i, group in enumerate(LAYERS) if place(module) in group)
+
+
+def test_every_module_has_its_place():
+    """A new module or package is named in ``LAYERS``; it does not fall back to the package itself."""
+    unplaced = sorted(m for m in modules() if m != "fourdb" and place(m) == "fourdb")
+    assert not unplaced, f"add to LAYERS: {unplaced}"
 
 
 def test_no_import_cycle():
@@ -86,6 +101,14 @@ def test_imports_follow_the_data_flow():
     assert not backwards, "\n".join(backwards)
 
 
+def test_packages_of_one_layer_do_not_import_each_other():
+    """Two packages that share a layer are independent: each imports its own package and earlier layers
+    only (features and graph both use the column encoders below them, never each other)."""
+    across = [f"{m} imports {n}: {place(m)} and {place(n)} share a layer"
+              for m, ns in imports().items() for n in ns if layer(n) == layer(m) and place(n) != place(m)]
+    assert not across, "\n".join(across)
+
+
 def test_a_cycle_is_caught(tmp_path, monkeypatch):
     """The checks above can fail: two modules importing each other are reported."""
     pkg = tmp_path / "fourdb"
@@ -96,6 +119,25 @@ def test_a_cycle_is_caught(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "ROOT", pkg)
     with pytest.raises(pytest.fail.Exception, match="import cycle: fourdb.a -> fourdb.b -> fourdb.a"):
         test_no_import_cycle()
+
+
+def test_an_import_within_a_layer_is_caught(tmp_path, monkeypatch):
+    """Features importing graph (one layer) is reported, and so is a foundation importing a later one."""
+    pkg = tmp_path / "fourdb"
+    for sub in ("features", "graph"):
+        (pkg / sub).mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "features" / "__init__.py").write_text("from fourdb.graph import build\n")
+    (pkg / "graph" / "__init__.py").write_text("")
+    (pkg / "graph" / "build.py").write_text("")
+    (pkg / "errors.py").write_text("from fourdb.utils import x\n")
+    (pkg / "utils.py").write_text("")
+    monkeypatch.setattr(__import__(__name__), "ROOT", pkg)
+    with pytest.raises(AssertionError, match="fourdb.features imports fourdb.graph.build: fourdb.features and "
+                                             "fourdb.graph share a layer"):
+        test_packages_of_one_layer_do_not_import_each_other()
+    with pytest.raises(AssertionError, match=r"fourdb.errors \(fourdb.errors\) imports fourdb.utils"):
+        test_imports_follow_the_data_flow()
 
 
 CONF = ROOT.parent / "conf"

@@ -158,7 +158,7 @@ def _edge_features(data, change):
     """``data`` with each featured edge type's link-row columns replaced by ``change(numeric, categorical)``."""
     import dataclasses
 
-    from fourdb.features.columns import EncodedTable
+    from fourdb.columns import EncodedTable
 
     feats = {et: EncodedTable(*change(f.numeric, f.categorical), f.cardinalities, datetimes=f.datetimes)
              for et, f in data.graph.edge_features.items()}
@@ -252,7 +252,7 @@ def test_gbdt_predicts_a_block_of_rows_at_a_time_as_it_would_all_at_once(monkeyp
     """GBDT predicts a wide split (a recommendation task's pairs) a block of rows at a time, so that its
     float64 copy stays small; the predictions equal one pass over every row."""
     from fourdb.features.base import TableData
-    from fourdb.features.columns import EncodedTable
+    from fourdb.columns import EncodedTable
     from fourdb.models import gbdt
 
     rng = np.random.default_rng(0)

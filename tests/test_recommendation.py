@@ -290,7 +290,7 @@ def write_retrieval(root, users=60, items=40, negatives=9):
 
 @functools.cache
 def retrieval_folder(tmp_root: str) -> str:
-    from fourdb.rdb.importers import import_database
+    from fourdb.importers import import_database
 
     src = write_retrieval(Path(tmp_root) / "dbb")
     import_database(src, Path(tmp_root) / "db")
@@ -360,7 +360,7 @@ def test_a_pair_table_filled_a_block_at_a_time_is_its_parts_rows_side_by_side(mo
     """A pair table is filled in place, a few pairs at a time (here 7): each pair's row is its seed's row,
     its candidate's row and its own history row, as gathering and concatenating them gives."""
     from fourdb.features import pairs
-    from fourdb.features.columns import EncodedTable
+    from fourdb.columns import EncodedTable
 
     rng = np.random.default_rng(0)
 

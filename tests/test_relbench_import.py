@@ -10,8 +10,8 @@ from relbench.manifest import DatasetManifest, TableSpec, TaskManifest  # noqa: 
 
 from fourdb.errors import DatabaseImportError  # noqa: E402
 from fourdb.features import build_table_features  # noqa: E402
+from fourdb.importers import import_database  # noqa: E402
 from fourdb.rdb import Database  # noqa: E402
-from fourdb.rdb.importers import import_database  # noqa: E402
 from fourdb.tasks import find_task, materialize  # noqa: E402
 
 START, END = pd.Timestamp("2023-01-01"), pd.Timestamp("2023-12-31")

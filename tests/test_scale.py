@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fourdb import columns
+from fourdb.columns import TableEncoder
 from fourdb.datasets import load_dataset
 from fourdb.errors import FourdbError
-from fourdb.features import columns
-from fourdb.features.columns import TableEncoder
 from fourdb.graph import build_graph
-from fourdb.rdb.database import RowLookup
 from fourdb.rdb import Database
+from fourdb.rdb.database import RowLookup
 from fourdb.rdb.database import _coerce_column
 from fourdb.utils import duckdb_connect
 from tests.test_validation import load_error, write_db

@@ -210,7 +210,7 @@ def test_datetimes_reach_models_as_ages_at_the_cutoff(drifting):
     """Two seeds a year apart (52 weeks: same weekday and month) whose session was seen 3 days before
     their cutoff get the same features: nothing absolute about the time reaches a model."""
     from fourdb.engine.data import node_inputs
-    from fourdb.features.columns import TableEncoder
+    from fourdb.columns import TableEncoder
     from fourdb.inputs import graph_inputs, subsample
 
     _, db, task = drifting
@@ -257,7 +257,7 @@ def test_certify_names_a_sampled_edge_type_that_sees_the_future(subsecond, monke
 
 
 def test_certify_names_a_feature_fitted_on_the_future(drifting, monkeypatch):
-    import fourdb.features.columns as columns
+    import fourdb.columns as columns
 
     folder, _, _ = drifting
     monkeypatch.setattr(columns, "known_rows", lambda table, df, until: np.ones(len(df), bool))

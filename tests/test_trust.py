@@ -17,8 +17,8 @@ import yaml
 
 from fourdb.cli import main
 from fourdb.errors import FourdbError, UntrustedInputError
+from fourdb.importers import import_database
 from fourdb.rdb import Database
-from fourdb.rdb.importers import import_database
 from fourdb.rdb.sandbox import SQLSandbox, check_query
 from fourdb.tasks import find_task, materialize
 from fourdb.tasks.spec import TaskSpec
@@ -349,7 +349,7 @@ def test_4dbinfer_object_arrays_run_no_code(tmp_path, payload):
 
 
 def test_4dbinfer_plain_object_arrays_still_load(tmp_path):
-    from fourdb.rdb.importers.fourdbinfer import load_plain_npz
+    from fourdb.importers.fourdbinfer import load_plain_npz
 
     arrays = {"s": np.array(["a", None, "c"], dtype=object), "b": np.array([b"x", 1, 2.5], dtype=object),
               "n": np.arange(3), "np": np.array([np.float32(1.5), np.int64(2), True], dtype=object)}

@@ -17,9 +17,9 @@ import dgl
 import numpy as np
 import torch
 
+from fourdb.columns import EncodedTable, datetime_age
 from fourdb.contracts import Sampler
 from fourdb.engine.config import EngineConfig
-from fourdb.features.columns import EncodedTable, datetime_age
 from fourdb.graph.build import ALWAYS, RelGraph
 from fourdb.utils import NS_PER_DAY
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fourdb.columns import EncodedTable
 from fourdb.errors import refuse_unknown
-from fourdb.features.columns import EncodedTable
 from fourdb.rdb import Database
 from fourdb.registry import Registry
 from fourdb.tasks import Task

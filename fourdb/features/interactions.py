@@ -17,7 +17,7 @@ import pandas as pd
 import scipy.sparse as sp
 import torch
 
-from fourdb.features.columns import MISSING_TIME
+from fourdb.columns import MISSING_TIME
 from fourdb.rdb import Database
 from fourdb.tasks import Task
 from fourdb.tasks.materialize import past_links

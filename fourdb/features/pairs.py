@@ -15,8 +15,8 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from fourdb.columns import EncodedTable
 from fourdb.features.base import TableData, build_table_features
-from fourdb.features.columns import EncodedTable
 from fourdb.features.interactions import RecData, repeat_score
 from fourdb.rdb import Database
 from fourdb.tasks import Task

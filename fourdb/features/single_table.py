@@ -1,8 +1,8 @@
 """Feature set ``single_table``: the seed row's own columns (the known ones for a row-column task)."""
 from __future__ import annotations
 
+from fourdb.columns import EncodedTable, TableEncoder
 from fourdb.features.base import FEATURES
-from fourdb.features.columns import EncodedTable, TableEncoder
 from fourdb.rdb import Database
 from fourdb.tasks import Task
 from fourdb.utils import to_epoch_ns

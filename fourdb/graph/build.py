@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fourdb.registry import Registry
-from fourdb.features.columns import EncodedTable, TableEncoder
+from fourdb.columns import EncodedTable, TableEncoder
 from fourdb.rdb import Database
 from fourdb.rdb.database import RowLookup
+from fourdb.registry import Registry
 from fourdb.utils import to_epoch_ns
 
 ALWAYS = np.iinfo(np.int64).min

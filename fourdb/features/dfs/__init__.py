@@ -58,9 +58,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from fourdb.columns import EncodedTable, encode_features
 from fourdb.errors import FourdbError
 from fourdb.features.base import FEATURES
-from fourdb.features.columns import EncodedTable, encode_features
 from fourdb.features.dfs.compile import _Compiler
 from fourdb.features.dfs.plan import MAX_DEPTH, PRIMITIVES, _tables_of, _unique, build_plan, check_config
 from fourdb.features.dfs.scan import _numpy, asof_positions

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 
 from fourdb.errors import DatabaseImportError
-from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
-from fourdb.rdb.importers.dtypes import _is_nested
-from fourdb.rdb.importers.samples import _samples_task
+from fourdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
+from fourdb.importers.dtypes import _is_nested
+from fourdb.importers.samples import _samples_task
 from fourdb.tasks.types import TaskType
 
 RELBENCH_KEYS = (b"fkey_col_to_pkey_table", b"pkey_col", b"time_col")

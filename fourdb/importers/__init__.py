@@ -43,11 +43,11 @@ import pandas as pd
 import yaml
 
 from fourdb.errors import DatabaseImportError, FourdbError, UntrustedInputError
+from fourdb.importers.assemble import assemble
+from fourdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
+from fourdb.importers.dtypes import infer_dtype
+from fourdb.importers.keys import infer_foreign_keys, infer_primary_key
 from fourdb.rdb.database import Database, write_database
-from fourdb.rdb.importers.assemble import assemble
-from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
-from fourdb.rdb.importers.dtypes import infer_dtype
-from fourdb.rdb.importers.keys import infer_foreign_keys, infer_primary_key
 from fourdb.rdb.sandbox import refuse_links_out
 from fourdb.utils import atomic_output, atomic_write_text, yaml_text
 

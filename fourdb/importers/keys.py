@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fourdb.rdb.importers.base import ImportReport, SourceTable
-from fourdb.rdb.importers.dtypes import _is_nested
+from fourdb.importers.base import ImportReport, SourceTable
+from fourdb.importers.dtypes import _is_nested
 
 
 def _forms(table: str) -> set[str]:

@@ -7,10 +7,10 @@ import re
 import pandas as pd
 
 from fourdb.errors import DatabaseImportError
-from fourdb.rdb.importers.base import ImportReport, SourceTable
-from fourdb.rdb.importers.declared import _check_declared_types, _check_primary_key
-from fourdb.rdb.importers.dtypes import _convert, _parse_datetimes, infer_dtype
-from fourdb.rdb.importers.keys import _is_unique_key, _missing, infer_foreign_keys, infer_primary_key
+from fourdb.importers.base import ImportReport, SourceTable
+from fourdb.importers.declared import _check_declared_types, _check_primary_key
+from fourdb.importers.dtypes import _convert, _parse_datetimes, infer_dtype
+from fourdb.importers.keys import _is_unique_key, _missing, infer_foreign_keys, infer_primary_key
 from fourdb.rdb.schema import Column, Schema, Table
 
 

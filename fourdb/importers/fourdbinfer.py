@@ -15,9 +15,9 @@ import pandas as pd
 import yaml
 
 from fourdb.errors import DatabaseImportError, FourdbError, UntrustedInputError
-from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
-from fourdb.rdb.importers.dtypes import _parse_datetimes
-from fourdb.rdb.importers.samples import _samples_task
+from fourdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
+from fourdb.importers.dtypes import _parse_datetimes
+from fourdb.importers.samples import _samples_task
 from fourdb.rdb.sandbox import inside_folder
 from fourdb.tasks.types import TaskType
 

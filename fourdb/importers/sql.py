@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from fourdb.errors import DatabaseImportError
-from fourdb.rdb.importers.base import IMPORTERS, Format, Imported, ImportReport, SourceTable
+from fourdb.importers.base import IMPORTERS, Format, Imported, ImportReport, SourceTable
 from fourdb.utils import duckdb_connect
 
 SQLITE_MAGIC = b"SQLite format 3\x00"

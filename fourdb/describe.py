@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fourdb.features.columns import ENCODINGS, TableEncoder
+from fourdb.columns import ENCODINGS, TableEncoder
 from fourdb.features.dfs.plan import OWN_DTYPES, PRIMITIVES, _tables_of, _unique, build_plan, check_config
 from fourdb.graph.build import GRAPHS
 from fourdb.rdb import Database

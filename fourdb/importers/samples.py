@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from fourdb.rdb.importers.base import ImportReport, SourceTable
-from fourdb.rdb.importers.dtypes import _parse_datetimes
+from fourdb.importers.base import ImportReport, SourceTable
+from fourdb.importers.dtypes import _parse_datetimes
 from fourdb.tasks.types import TaskType
 
 

@@ -2,7 +2,8 @@
 and ``tasks/<task>/manifest.yaml`` with ``{train,val,test}.parquet`` labels.
 
 The manifests are the only source of keys and time columns (the parquet files carry none); key values are
-kept, so entity ids stay RelBench's row positions. Tasks convert by kind:
+kept, so entity ids stay RelBench's row positions. Tasks convert by kind (``KINDS``: the fields a kind's
+manifest needs, its checks against the tables, its converter):
 
 * ``forecast``: the manifest's SQL, verbatim, as an ``entity_window`` (or ``recommendation``) task laid out
   by RelBench's rule (``timestamps.rule: relbench``), so its labels are the ones RelBench regenerates;
@@ -15,20 +16,21 @@ one line naming the file and the field; a task fourdb cannot express is left out
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 import yaml
 
 from fourdb.errors import DatabaseImportError, FourdbError
-from fourdb.rdb.importers.base import IMPORTERS, Format, ImportReport, Imported, SourceTable
-from fourdb.rdb.importers.samples import _samples_task
+from fourdb.importers.base import IMPORTERS, Format, ImportReport, Imported, SourceTable
+from fourdb.importers.samples import _samples_task
 from fourdb.rdb.sandbox import SQLSandbox, inside_folder
 from fourdb.tasks.types import TaskType
 
 MANIFEST = "manifest.yaml"
-KINDS = ("forecast", "autocomplete", "external")
 RELBENCH_TASK_TYPES = ("binary_classification", "multiclass_classification", "regression", "recommendation",
                        "multilabel_classification")
 # RelBench's own metric first, so fourdb ranks and stops early by it
@@ -36,6 +38,7 @@ METRICS = {TaskType.BINARY: ["roc_auc", "average_precision", "accuracy"], TaskTy
            TaskType.RECOMMENDATION: TaskType.RECOMMENDATION.default_metrics,
            TaskType.MULTICLASS: TaskType.MULTICLASS.default_metrics}
 POSITION_KEY = "primary_key"  # the key RelBench gives a table without one (its row positions)
+LINK_FIELDS = ("src_entity_table", "src_entity_col", "dst_entity_table", "dst_entity_col")
 
 
 def _detect(path: Path) -> bool:
@@ -94,7 +97,7 @@ def _read_relbench3(path: Path, report: ImportReport) -> Imported:
     manifests = _task_manifests(path, specs, frames, report)
     for tm, tfile in manifests:  # RelBench keys an autocomplete table without a key by row position
         table = tm.get("entity_table")
-        if tm["kind"] == "autocomplete" and specs[table]["pkey"] is None:
+        if KINDS[tm["kind"]].keys_by_position and specs[table]["pkey"] is None:
             _position_key(table, specs, frames, tfile, report)
     sources = []
     for name, spec in specs.items():
@@ -187,21 +190,6 @@ def _task_manifests(path: Path, specs: dict, frames: dict, report: ImportReport)
     return out
 
 
-def _required(tm: dict) -> list[str]:
-    """The fields RelBench's ``TaskManifest.validate`` requires of this kind and task type."""
-    if TaskType.from_relbench(tm["task_type"]) is TaskType.RECOMMENDATION:
-        required = ["src_entity_table", "src_entity_col", "dst_entity_table", "dst_entity_col"]
-        if not (tm["kind"] == "external" and tm.get("evaluator")):
-            required.append("eval_k")
-    elif tm["kind"] == "autocomplete":
-        required = ["entity_table", "target_col"]
-    elif tm["kind"] == "forecast":
-        required = ["entity_table", "entity_col", "target_col", "time_col"]
-    else:
-        required = ["entity_table"]
-    return required + (["timedelta", "sql"] if tm["kind"] == "forecast" else [])
-
-
 def _validate_task(tm: dict, tfile: Path, specs: dict, frames: dict) -> None:
     for key in ("name", "kind", "task_type"):
         if not tm.get(key):
@@ -211,7 +199,8 @@ def _validate_task(tm: dict, tfile: Path, specs: dict, frames: dict) -> None:
     if tm["task_type"] not in RELBENCH_TASK_TYPES:
         raise DatabaseImportError(f"{tfile}, task_type: '{tm['task_type']}' is not one of "
                                   f"{', '.join(RELBENCH_TASK_TYPES)}")
-    missing = [k for k in _required(tm) if not tm.get(k)]
+    rb = KINDS[tm["kind"]]
+    missing = [k for k in rb.required(tm) if not tm.get(k)]
     if missing:
         raise DatabaseImportError(f"{tfile}: a {tm['kind']} {tm['task_type']} task needs field(s) "
                                   f"{', '.join(missing)}")
@@ -227,10 +216,8 @@ def _validate_task(tm: dict, tfile: Path, specs: dict, frames: dict) -> None:
     pairs = tm.get("remove_columns") or []
     if not isinstance(pairs, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
         raise DatabaseImportError(f"{tfile}, remove_columns: expected a list of [table, column] pairs")
-    if tm["kind"] == "autocomplete":
-        _check_autocomplete(tm, tfile, specs, frames)
-    if tm["kind"] == "forecast":
-        _check_sql(tm, tfile, frames)
+    if rb.check is not None:
+        rb.check(tm, tfile, specs, frames)
 
 
 def _timedelta(value, tfile: Path) -> str:
@@ -258,7 +245,7 @@ def _check_autocomplete(tm: dict, tfile: Path, specs: dict, frames: dict) -> Non
                                   f"is asked at its time")
 
 
-def _check_sql(tm: dict, tfile: Path, frames: dict) -> None:
+def _check_sql(tm: dict, tfile: Path, specs: dict, frames: dict) -> None:
     """Bind the forecast SQL against the tables, as RelBench runs it, without running it: a broken query or a
     missing output column is a broken manifest."""
     sql = tm["sql"]
@@ -297,9 +284,9 @@ def _convert_task(tm: dict, tfile: Path, dname: str, splits: tuple[pd.Timestamp,
     if kind is None:
         report.notes.append(f"{skip} multilabel classification has no fourdb task type")
         return None
-    if tm["kind"] == "external" and kind.is_ranking:
-        report.notes.append(f"{skip} its shipped link labels have no fourdb task kind (fourdb recommendation "
-                            f"tasks are computed by SQL)")
+    rb = KINDS[tm["kind"]]
+    if kind.is_ranking and rb.no_links is not None:
+        report.notes.append(f"{skip} {rb.no_links}")
         return None
     if kind.is_ranking and tm.get("num_eval_timestamps", 1) != 1:
         report.notes.append(f"{skip} RelBench runs recommendation tasks with num_eval_timestamps 1 only")
@@ -308,23 +295,26 @@ def _convert_task(tm: dict, tfile: Path, dname: str, splits: tuple[pd.Timestamp,
     base = {"name": name, "dataset": dname,
             "description": tm.get("description") or f"RelBench {tm['kind']} task '{name}'.",
             "task_type": kind.value, "metrics": list(METRICS[kind])}
-    val, test = (_stamp(t) for t in splits)
-    if tm["kind"] == "forecast":
-        spec = {**base, **_forecast(tm, kind), "timestamps": {
-            "val": val, "test": test, "rule": "relbench", "num_eval_timestamps": tm.get("num_eval_timestamps", 1)}}
-    elif tm["kind"] == "autocomplete":
-        spec = {**base, "kind": "autocomplete", "table": tm["entity_table"], "label": tm["target_col"],
-                "timestamps": {"val": val, "test": test}}
-        remove = [p for p in remove if p != [tm["entity_table"], tm["target_col"]]]  # removed as the label
-    else:
-        return _external(tm, tfile, base, remove, specs, report)
-    if remove:
-        spec["remove_columns"] = remove
-    return None, spec
+    return rb.convert(tm, tfile, base, tuple(_stamp(t) for t in splits), remove, specs, report)
 
 
 def _stamp(t: pd.Timestamp) -> str:
     return t.strftime("%Y-%m-%d") if t == t.normalize() else str(t)
+
+
+def _removing(spec: dict, remove: list) -> dict:
+    if remove:
+        spec["remove_columns"] = remove
+    return spec
+
+
+def _forecast_task(tm: dict, tfile: Path, base: dict, stamps: tuple[str, str], remove: list, specs: dict,
+                   report: ImportReport) -> tuple[None, dict]:
+    """The manifest's SQL as an entity_window (or recommendation) task, its cutoffs laid out by RelBench's rule."""
+    val, test = stamps
+    spec = {**base, **_forecast(tm, TaskType.from_relbench(tm["task_type"])), "timestamps": {
+        "val": val, "test": test, "rule": "relbench", "num_eval_timestamps": tm.get("num_eval_timestamps", 1)}}
+    return None, _removing(spec, remove)
 
 
 def _forecast(tm: dict, kind: TaskType) -> dict:
@@ -335,6 +325,15 @@ def _forecast(tm: dict, kind: TaskType) -> dict:
                            "label": tm["dst_entity_col"]}, "eval_k": tm["eval_k"]}
     return {"kind": "entity_window", "entity_table": tm["entity_table"], "sql": tm["sql"], "window": tm["timedelta"],
             "output": {"entity": tm["entity_col"], "cutoff": tm["time_col"], "label": tm["target_col"]}}
+
+
+def _autocomplete_task(tm: dict, tfile: Path, base: dict, stamps: tuple[str, str], remove: list, specs: dict,
+                       report: ImportReport) -> tuple[None, dict]:
+    """An autocomplete task over the target column, which it removes from every input as its label."""
+    val, test = stamps
+    spec = {**base, "kind": "autocomplete", "table": tm["entity_table"], "label": tm["target_col"],
+            "timestamps": {"val": val, "test": test}}
+    return None, _removing(spec, [p for p in remove if p != [tm["entity_table"], tm["target_col"]]])
 
 
 def _removable(tm: dict, specs: dict, frames: dict, report: ImportReport) -> list[list[str]]:
@@ -355,7 +354,7 @@ def _removable(tm: dict, specs: dict, frames: dict, report: ImportReport) -> lis
     return kept
 
 
-def _external(tm: dict, tfile: Path, base: dict, remove: list, specs: dict,
+def _external(tm: dict, tfile: Path, base: dict, stamps: tuple[str, str], remove: list, specs: dict,
               report: ImportReport) -> tuple[SourceTable, dict] | None:
     """Shipped labels of an entity task -> a table of samples and a row-column task over it."""
     name, tdir = base["name"], tfile.parent
@@ -385,9 +384,40 @@ def _external(tm: dict, tfile: Path, base: dict, remove: list, specs: dict,
         return None
     table, spec = converted
     spec["metrics"] = base["metrics"]
-    if remove:
-        spec["remove_columns"] = remove
-    return table, spec
+    return table, _removing(spec, remove)
+
+
+@dataclass(frozen=True)
+class RelBenchKind:
+    """A RelBench task kind: what its manifest must hold, what is checked against the tables, how it converts."""
+    fields: tuple[str, ...]  # what an entity task of the kind requires (a link task requires LINK_FIELDS)
+    convert: Callable[..., tuple[SourceTable | None, dict] | None]  # -> (a table of samples or None, a task spec)
+    also: tuple[str, ...] = ()  # what every task of the kind requires besides
+    check: Callable[[dict, Path, dict, dict], None] | None = None  # (manifest, file, table specs, frames)
+    evaluator_sets_k: bool = False  # a link task with its own evaluator needs no eval_k
+    keys_by_position: bool = False  # an entity table without a pkey gets RelBench's, its row positions
+    no_links: str | None = None  # why its link (recommendation) tasks do not convert, if they do not
+
+    def required(self, tm: dict) -> list[str]:
+        """The fields RelBench's ``TaskManifest.validate`` requires of this kind and task type."""
+        if TaskType.from_relbench(tm["task_type"]) is TaskType.RECOMMENDATION:
+            required = list(LINK_FIELDS)
+            if not (self.evaluator_sets_k and tm.get("evaluator")):
+                required.append("eval_k")
+        else:
+            required = list(self.fields)
+        return required + list(self.also)
+
+
+KINDS = {
+    "forecast": RelBenchKind(("entity_table", "entity_col", "target_col", "time_col"), _forecast_task,
+                             also=("timedelta", "sql"), check=_check_sql),
+    "autocomplete": RelBenchKind(("entity_table", "target_col"), _autocomplete_task, check=_check_autocomplete,
+                                 keys_by_position=True),
+    "external": RelBenchKind(("entity_table",), _external, evaluator_sets_k=True,
+                             no_links="its shipped link labels have no fourdb task kind (fourdb recommendation "
+                                      "tasks are computed by SQL)"),
+}
 
 
 # before the older layout (order 20), which also has a db/ folder

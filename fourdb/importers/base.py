@@ -86,4 +86,4 @@ class Format:
     lacks: str = ""  # a folder format: what that error says the folder lacks ("no metadata.yaml")
 
 
-IMPORTERS: Registry[Format] = Registry("importer format", package="fourdb.rdb.importers")
+IMPORTERS: Registry[Format] = Registry("importer format", package="fourdb.importers")

@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 
 from fourdb.errors import DatabaseImportError
+from fourdb.importers.base import ImportReport, SourceTable
+from fourdb.importers.dtypes import _is_nested
+from fourdb.importers.keys import _usable_key
 from fourdb.rdb.database import _first_bad
-from fourdb.rdb.importers.base import ImportReport, SourceTable
-from fourdb.rdb.importers.dtypes import _is_nested
-from fourdb.rdb.importers.keys import _usable_key
 from fourdb.utils import naive_utc
 
 
