@@ -82,7 +82,7 @@ def test_every_feature_set_default_is_stated_once():
     """A feature set's settings (conf/features/<name>.yaml) have no default in the code that takes them:
     every function taking one says None (\"not given\") and takes the YAML's, so code and CLI compute alike."""
     from fourdb.features.dfs import cached_dfs, check_config, compute_dfs, dfs_features
-    from fourdb.features.report import column_report
+    from fourdb.describe import column_report
 
     for path in sorted((CONF / "features").glob("*.yaml")):
         stated = own_settings("features", path.stem)
