@@ -271,3 +271,69 @@ def test_gbdt_predicts_a_block_of_rows_at_a_time_as_it_would_all_at_once(monkeyp
     assert blocks.shape == (53,) and 0.0 < blocks.std()
     np.testing.assert_array_equal(blocks, whole)
 
+
+
+def test_lightgbm_splits_category_columns_natively_and_stops_early():
+    """The label is planted on two scattered codes (2 and 5 of 8) of a category column: LightGBM reads that
+    column as categorical (its splits test code sets, ``==``), the numeric ones as numbers, and stops
+    ``patience`` rounds after its best validation AUROC, long before its round budget."""
+    from sklearn.metrics import roc_auc_score
+
+    from fourdb.features.base import TableData
+    from fourdb.features.columns import EncodedTable
+
+    rng = np.random.default_rng(0)
+
+    def split(n):
+        x = rng.normal(size=(n, 2)).astype(np.float32)
+        codes = rng.integers(0, 8, (n, 2))
+        y = (np.isin(codes[:, 0], [2, 5]) ^ (rng.random(n) < 0.1)).astype(np.int64)
+        return EncodedTable(x, codes, [8, 8], ["a", "b"], ["k", "j"]), y
+
+    (train, y), (val, yv), (test, yt) = split(1500), split(500), split(500)
+    data = TableData({"train": train, "val": val, "test": test}, {"train": y, "val": yv})
+    model = create_model("lightgbm", TaskInfo("binary", 2, "auroc"), seed=0, n_estimators=500, patience=10).fit(data)
+    dump = model.booster.dump_model()
+    categorical = {i for i, info in enumerate(dump["feature_infos"].values()) if info["values"]}
+    assert categorical == {2, 3}  # numeric columns first, then the category columns
+
+    def splits(node):
+        if "split_index" not in node:
+            return []
+        return [(node["split_feature"], node["decision_type"])] + splits(node["left_child"]) + splits(node["right_child"])
+
+    used = [s for tree in dump["tree_info"] for s in splits(tree["tree_structure"])]
+    assert (2, "==") in used and all(kind == "==" for f, kind in used if f in categorical)
+    assert all(kind == "<=" for f, kind in used if f not in categorical)
+    engine = model.report()["engine"]
+    assert engine["early_stopping_metric"] == "auc"
+    assert engine["best_round"] < 100 and engine["rounds"] == engine["best_round"] + 10
+    assert roc_auc_score(yt, model.predict(data, "test")) > 0.85
+
+
+@pytest.mark.parametrize("task_type,metric,stops_on", [("multiclass", "accuracy", "multi_error"),
+                                                       ("multiclass", "macro_f1", "multi_logloss"),
+                                                       ("regression", "mae", "l1"), ("regression", "rmse", "l2")])
+def test_lightgbm_predicts_each_task_type_and_stops_on_its_metric(task_type, metric, stops_on):
+    """Class probabilities [N, C] in code order, or values [N]; early stopping on the task's metric where
+    LightGBM has it (MAE), else the objective's loss."""
+    from fourdb.features.base import TableData
+    from fourdb.features.columns import EncodedTable
+
+    rng = np.random.default_rng(1)
+
+    def split(n):
+        x = rng.normal(size=(n, 2)).astype(np.float32)
+        codes = rng.integers(0, 6, (n, 1))
+        y = codes[:, 0] % 3 if task_type == "multiclass" else 3.0 * x[:, 0] + rng.normal(size=n)
+        return EncodedTable(x, codes, [6], ["a", "b"], ["k"]), y
+
+    (train, y), (val, yv), (test, yt) = split(900), split(300), split(300)
+    data = TableData({"train": train, "val": val, "test": test}, {"train": y, "val": yv})
+    model = create_model("lightgbm", TaskInfo(task_type, 3, metric), seed=0).fit(data)
+    pred = model.predict(data, "test")
+    assert model.report()["engine"]["early_stopping_metric"] == stops_on
+    if task_type == "multiclass":
+        assert pred.shape == (300, 3) and np.allclose(pred.sum(1), 1) and (pred.argmax(1) == yt).mean() > 0.95
+    else:
+        assert pred.shape == (300,) and np.abs(pred - yt).mean() < 0.5 * np.abs(yt - y.mean()).mean()
