@@ -134,24 +134,57 @@ def small_graph():
     return graph_data("r2ne")
 
 
+def nodewise(module, data, batch_size: int) -> torch.Tensor:
+    """``module``'s outputs for the validation seeds, in batches of ``batch_size``, every neighbour sampled."""
+    from fourdb.engine.source import GraphSource
+
+    source = GraphSource(data, batch_size)
+    source.sampler = data.sampler.with_fanouts([-1, -1])
+    with torch.no_grad():
+        return torch.cat([module(*inputs) for inputs in source.batches("val")])
+
+
 @pytest.mark.parametrize("model", GNNS)
 def test_gnn_layerwise_inference_equals_full_graph_forward(model, small_graph):
-    """Each GNN exposes encode / layer / readout, so exact layer-wise evaluation works for all of them,
-    with r2ne edge features: it equals the full-graph forward and the node-wise full-fanout forward."""
+    """Each GNN that runs one step per hop exposes encode / layer / readout, so exact layer-wise evaluation
+    works for it, with r2ne edge features: it equals the full-graph forward and the node-wise full-fanout
+    forward. A model that is not one step per hop (a transformer over each seed's tokens) refuses
+    ``engine.inference=layerwise`` in one line, before training."""
+    import dataclasses
+
+    from fourdb.contracts import LayerwiseModule
+    from fourdb.engine.config import EngineConfig
     from fourdb.engine.layerwise import layerwise_inference
+    from fourdb.errors import SettingError
+    from fourdb.train.trainer import TrainerConfig
     from reference import full_graph_forward
-    from fourdb.engine.source import GraphSource
 
     torch.manual_seed(0)
     module = create_model(model, TaskInfo("binary", 2, "auroc")).build(small_graph).eval()
     assert small_graph.graph.kind == "r2ne" and module.edge_encoders is not None
+    if not isinstance(module, LayerwiseModule):
+        layerwise = dataclasses.replace(small_graph, engine=EngineConfig(inference="layerwise"))
+        with pytest.raises(SettingError, match=f"model '{model}' has no layer-wise inference") as err:
+            create_model(model, TaskInfo("binary", 2, "auroc")).fit(layerwise, TrainerConfig(progress=False))
+        assert "\n" not in str(err.value)
+        return
     lw = layerwise_inference(module, small_graph, "val")
     assert torch.allclose(lw, full_graph_forward(module, small_graph, "val"), atol=1e-4)
-    source = GraphSource(small_graph, 40)
-    source.sampler = small_graph.sampler.with_fanouts([-1, -1])
-    with torch.no_grad():
-        nodewise = torch.cat([module(*inputs) for inputs in source.batches("val")])
-    assert torch.allclose(lw, nodewise, atol=1e-4), (lw - nodewise).abs().max()
+    full = nodewise(module, small_graph, 40)
+    assert torch.allclose(lw, full, atol=1e-4), (lw - full).abs().max()
+
+
+@pytest.mark.parametrize("model", GNNS)
+def test_gnn_output_does_not_depend_on_the_rest_of_its_batch(model, small_graph):
+    """The batch-independence rule (docs/add-a-model.md), for every GNN, layer-wise or not: with every
+    neighbour sampled, a seed's output is the same in batches of 40, of 7 and all at once."""
+    torch.manual_seed(0)
+    module = create_model(model, TaskInfo("binary", 2, "auroc")).build(small_graph).eval()
+    forty = nodewise(module, small_graph, 40)
+    assert forty.std() > 1e-4  # seeds differ: the comparisons below compare something
+    for size in (7, len(small_graph.seeds["val"])):
+        other = nodewise(module, small_graph, size)
+        assert torch.allclose(forty, other, atol=1e-4), (size, (forty - other).abs().max())
 
 
 def _edge_features(data, change):
@@ -168,14 +201,20 @@ def _edge_features(data, change):
 @pytest.mark.parametrize("model", GNNS)
 def test_gnn_output_depends_on_edge_features(model, small_graph):
     """Shuffling the link rows' columns over the edges changes the predictions; r2n has no edge features."""
+    from fourdb.contracts import LayerwiseModule
     from fourdb.engine.layerwise import layerwise_inference
 
     torch.manual_seed(0)
     module = create_model(model, TaskInfo("binary", 2, "auroc")).build(small_graph).eval()
     perm = np.random.default_rng(0).permutation(len(next(iter(small_graph.graph.edge_features.values())).numeric))
     shuffled = _edge_features(small_graph, lambda num, cat: (num[perm], cat[perm]))
-    lw = layerwise_inference(module, small_graph, "val")
-    assert not torch.allclose(lw, layerwise_inference(module, shuffled, "val"), atol=1e-5)
+    if isinstance(module, LayerwiseModule):
+        def predict(data):
+            return layerwise_inference(module, data, "val")
+    else:
+        def predict(data):
+            return nodewise(module, data, 40)
+    assert not torch.allclose(predict(small_graph), predict(shuffled), atol=1e-5)
     r2n = graph_data("r2n")
     assert not r2n.graph.edge_features
     assert create_model(model, TaskInfo("binary", 2, "auroc")).build(r2n).edge_encoders is None
