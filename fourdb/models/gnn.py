@@ -53,7 +53,8 @@ class HeteroGNN(nn.Module):
         self.head = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
 
     def forward(self, blocks, feats):
-        """``blocks`` input layer first; ``feats`` table -> {"num", "cat"} of the first block's sources."""
+        """``blocks`` input layer first; ``feats`` table -> {"num", "cat"} of the first block's sources (and
+        "row_key", "cutoff": which (row, cutoff) each is, ``fourdb.engine.data.node_names``)."""
         return self.embed(blocks, feats, self.seed_type)
 
     def embed(self, blocks, feats, ntype: str) -> torch.Tensor:
