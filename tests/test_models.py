@@ -319,7 +319,7 @@ def test_lightgbm_splits_category_columns_natively_and_stops_early():
     from sklearn.metrics import roc_auc_score
 
     from fourdb.features.base import TableData
-    from fourdb.features.columns import EncodedTable
+    from fourdb.columns import EncodedTable
 
     rng = np.random.default_rng(0)
 
@@ -357,7 +357,7 @@ def test_lightgbm_predicts_each_task_type_and_stops_on_its_metric(task_type, met
     """Class probabilities [N, C] in code order, or values [N]; early stopping on the task's metric where
     LightGBM has it (MAE), else the objective's loss."""
     from fourdb.features.base import TableData
-    from fourdb.features.columns import EncodedTable
+    from fourdb.columns import EncodedTable
 
     rng = np.random.default_rng(1)
 

@@ -162,7 +162,8 @@ class RecommendationGNN(GNN):
     def parameters(cls, params: dict) -> dict[str, inspect.Parameter]:
         """Its own (``extra_params``) and those of the named GNN, whose convolution it runs."""
         gnn = params.get("gnn")
-        gnns = [name for name, c in MODELS.items() if issubclass(c, GNN) and not issubclass(c, RecommendationGNN)]
+        gnns = [name for name, c in MODELS.items() if issubclass(c, GNN) and c.ranked_by() == ("two_tower", "gnn")
+                and not issubclass(c, RecommendationGNN)]  # GNNs that lend their convolution
         if gnn not in gnns:
             raise SettingError(f"model '{cls.name}': gnn must be one of {', '.join(gnns)}, not '{gnn}'"
                                f"{did_you_mean(gnn, gnns)}")

@@ -169,9 +169,9 @@ class MuseGNN(GNN):
         energy = {k: p for k, p in keywords(MuseNet.__init__).items() if p.kind is p.KEYWORD_ONLY}
         return {**super().parameters(params), **energy}
 
-    def conv(self, etypes, hidden, **params):
-        raise FourdbError(f"model '{self.name}' has no convolution to lend (its layers are descent steps on one "
-                          f"energy with a store kept across batches): it does not run inside two_tower or idgnn")
+    @classmethod
+    def ranked_by(cls) -> None:
+        return None  # its layers are descent steps on one energy with a store across batches: no convolution to lend
 
     def network(self, data, out_dim: int) -> MuseNet:
         params = dict(self.params)
