@@ -27,7 +27,7 @@ docs: $(STAMP)
 
 # Performance comparisons, one `BENCH name=... ratio=...` line each (not part of `make test`).
 # `bench` runs every benchmark group of the project; each group is a target it depends on.
-ENGINE_BENCH := bench_sampler.py bench_store.py bench_layerwise.py
+ENGINE_BENCH := bench_sampler.py bench_store.py bench_layerwise.py model_cost.py
 bench: bench-engine bench-dfs bench-parallel
 
 bench-engine: $(STAMP)

@@ -180,8 +180,9 @@ def _graph_difference(a, b, cut: Cut) -> str:
     for t in na:
         fa = node_inputs(da, t, na[t], cuts_a[t], ba.num_seeds if t == da.seed_type else 0)
         fb = node_inputs(db_, t, nb[t], cuts_b[t], bb.num_seeds if t == db_.seed_type else 0)
-        if not all(torch.equal(fa[k], fb[k]) for k in fa):
-            return f"node features of table '{t}'"
+        differ = {k for k in fa if not torch.equal(fa[k], fb[k])}
+        if differ:  # the row keys name rows for models that keep state across batches (engine/data.py)
+            return f"{'node features' if differ & {'num', 'cat'} else 'row keys'} of table '{t}'"
     add_edge_features(da, ba.blocks, cuts_a)
     add_edge_features(db_, bb.blocks, cuts_b)
     for x, y in zip(ba.blocks, bb.blocks):

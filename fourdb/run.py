@@ -35,7 +35,7 @@ def seed_everything(seed: int) -> None:
 
 
 def environment() -> dict:
-    return utils_environment(("fourdb", "torch", "dgl", "duckdb", "pandas", "numpy", "scikit-learn"),
+    return utils_environment(("fourdb", "torch", "dgl", "duckdb", "pandas", "numpy", "scikit-learn", "lightgbm"),
                              gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
 
 

@@ -30,13 +30,15 @@ TASKS = ["synthetic-taste", "synthetic-leak", "synthetic-purchase-count",
          "lahman-hall-of-fame", "lahman-plays-next-season", "lahman-salary", "lahman-team-wins"]
 CELLS = ["gbdt:single_table", "gbdt:dfs", "sage:r2n", "mlp:single_table", "mlp:dfs", "rgcn:r2n", "gat:r2n",
          "deepfm:single_table", "deepfm:dfs", "fttransformer:single_table", "fttransformer:dfs", "sage:r2ne",
-         "rgcn:r2ne", "hgt:r2n", "pna:r2n", "gat:r2ne", "hgt:r2ne", "pna:r2ne"]  # cheap and telling first
+         "rgcn:r2ne", "hgt:r2n", "pna:r2n", "gat:r2ne", "hgt:r2ne", "pna:r2ne",
+         # the field's models of today: LightGBM, a relational graph transformer, MuseGNN
+         "lightgbm:single_table", "lightgbm:dfs", "relgt:r2n", "musegnn:r2n", "relgt:r2ne", "musegnn:r2ne"]
 # the recommendation family: the history baselines, tabular models ranking candidate pairs, a GNN's two towers,
 # the identity-aware GNN
 REC_TASKS = ["browsing-next-views", "browsing-next-gifts", "nycflights13-plane-destinations",
              "lahman-roster-additions"]
 ALL_TASKS = TASKS + REC_TASKS
-REC_CELLS = ["popularity:history", "repeat:history", "gbdt:single_table", "gbdt:dfs", "mlp:single_table",
+REC_CELLS = ["popularity:history", "repeat:history", "gbdt:single_table", "gbdt:dfs", "lightgbm:dfs", "mlp:single_table",
              "sage:r2ne", "idgnn:r2ne"]
 SEEDS = (0, 1, 2)
 # 2 CPU cores: training and early stopping on a fixed subsample; the test split is always whole

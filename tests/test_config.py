@@ -107,8 +107,11 @@ def test_every_parameter_a_model_yaml_gives_is_accepted(name):
                                                                        TaskInfo("binary", 2, "auroc"))
     assert create_model(name, info, seed=0, **MODEL_YAMLS[name]["params"]).params.items() >= \
         MODEL_YAMLS[name]["params"].items()
-    if MODELS.get(name).input_kind in ("table", "graph"):  # wrapped for a recommendation task, it takes them too
+    if MODELS.get(name).ranked_by() is not None:  # wrapped for a recommendation task, it takes them too
         create_model(name, TaskInfo("recommendation", 0, "map"), seed=0, **MODEL_YAMLS[name]["params"])
+    elif "recommendation" not in MODELS.get(name).task_types:  # nothing wraps it: a one-line refusal naming it
+        with pytest.raises(FourdbError, match=f"^model '{name}' does not do recommendation tasks"):
+            create_model(name, TaskInfo("recommendation", 0, "map"), seed=0, **MODEL_YAMLS[name]["params"])
 
 
 @pytest.mark.parametrize("name", MODELS.names())

@@ -54,9 +54,10 @@ def assert_same_batches(a, b, featured):
                 for k in ea.keys():
                     assert torch.equal(ea[k], eb[k]), (et, k)
         assert inp_a[1].keys() == inp_b[1].keys()
-        for t in inp_a[1]:
-            assert torch.equal(inp_a[1][t]["num"], inp_b[1][t]["num"]), t
-            assert torch.equal(inp_a[1][t]["cat"], inp_b[1][t]["cat"]), t
+        for t in inp_a[1]:  # features, and which (row, cutoff) each node is
+            assert sorted(inp_a[1][t]) == sorted(inp_b[1][t]) == ["cat", "cutoff", "num", "row_key"], t
+            for k in inp_a[1][t]:
+                assert torch.equal(inp_a[1][t][k], inp_b[1][t][k]), (t, k)
 
 
 def test_store_keeps_every_edge_id_of_an_all_edge_ids_sampler(data, tmp_path, monkeypatch):

@@ -134,24 +134,57 @@ def small_graph():
     return graph_data("r2ne")
 
 
+def nodewise(module, data, batch_size: int) -> torch.Tensor:
+    """``module``'s outputs for the validation seeds, in batches of ``batch_size``, every neighbour sampled."""
+    from fourdb.engine.source import GraphSource
+
+    source = GraphSource(data, batch_size)
+    source.sampler = data.sampler.with_fanouts([-1, -1])
+    with torch.no_grad():
+        return torch.cat([module(*inputs) for inputs in source.batches("val")])
+
+
 @pytest.mark.parametrize("model", GNNS)
 def test_gnn_layerwise_inference_equals_full_graph_forward(model, small_graph):
-    """Each GNN exposes encode / layer / readout, so exact layer-wise evaluation works for all of them,
-    with r2ne edge features: it equals the full-graph forward and the node-wise full-fanout forward."""
+    """Each GNN that runs one step per hop exposes encode / layer / readout, so exact layer-wise evaluation
+    works for it, with r2ne edge features: it equals the full-graph forward and the node-wise full-fanout
+    forward. A model that is not one step per hop (a transformer over each seed's tokens) refuses
+    ``engine.inference=layerwise`` in one line, before training."""
+    import dataclasses
+
+    from fourdb.contracts import LayerwiseModule
+    from fourdb.engine.config import EngineConfig
     from fourdb.engine.layerwise import layerwise_inference
+    from fourdb.errors import SettingError
+    from fourdb.train.trainer import TrainerConfig
     from reference import full_graph_forward
-    from fourdb.engine.source import GraphSource
 
     torch.manual_seed(0)
     module = create_model(model, TaskInfo("binary", 2, "auroc")).build(small_graph).eval()
     assert small_graph.graph.kind == "r2ne" and module.edge_encoders is not None
+    if not isinstance(module, LayerwiseModule):
+        layerwise = dataclasses.replace(small_graph, engine=EngineConfig(inference="layerwise"))
+        with pytest.raises(SettingError, match=f"model '{model}' has no layer-wise inference") as err:
+            create_model(model, TaskInfo("binary", 2, "auroc")).fit(layerwise, TrainerConfig(progress=False))
+        assert "\n" not in str(err.value)
+        return
     lw = layerwise_inference(module, small_graph, "val")
     assert torch.allclose(lw, full_graph_forward(module, small_graph, "val"), atol=1e-4)
-    source = GraphSource(small_graph, 40)
-    source.sampler = small_graph.sampler.with_fanouts([-1, -1])
-    with torch.no_grad():
-        nodewise = torch.cat([module(*inputs) for inputs in source.batches("val")])
-    assert torch.allclose(lw, nodewise, atol=1e-4), (lw - nodewise).abs().max()
+    full = nodewise(module, small_graph, 40)
+    assert torch.allclose(lw, full, atol=1e-4), (lw - full).abs().max()
+
+
+@pytest.mark.parametrize("model", GNNS)
+def test_gnn_output_does_not_depend_on_the_rest_of_its_batch(model, small_graph):
+    """The batch-independence rule (docs/add-a-model.md), for every GNN, layer-wise or not: with every
+    neighbour sampled, a seed's output is the same in batches of 40, of 7 and all at once."""
+    torch.manual_seed(0)
+    module = create_model(model, TaskInfo("binary", 2, "auroc")).build(small_graph).eval()
+    forty = nodewise(module, small_graph, 40)
+    assert forty.std() > 1e-4  # seeds differ: the comparisons below compare something
+    for size in (7, len(small_graph.seeds["val"])):
+        other = nodewise(module, small_graph, size)
+        assert torch.allclose(forty, other, atol=1e-4), (size, (forty - other).abs().max())
 
 
 def _edge_features(data, change):
@@ -168,14 +201,20 @@ def _edge_features(data, change):
 @pytest.mark.parametrize("model", GNNS)
 def test_gnn_output_depends_on_edge_features(model, small_graph):
     """Shuffling the link rows' columns over the edges changes the predictions; r2n has no edge features."""
+    from fourdb.contracts import LayerwiseModule
     from fourdb.engine.layerwise import layerwise_inference
 
     torch.manual_seed(0)
     module = create_model(model, TaskInfo("binary", 2, "auroc")).build(small_graph).eval()
     perm = np.random.default_rng(0).permutation(len(next(iter(small_graph.graph.edge_features.values())).numeric))
     shuffled = _edge_features(small_graph, lambda num, cat: (num[perm], cat[perm]))
-    lw = layerwise_inference(module, small_graph, "val")
-    assert not torch.allclose(lw, layerwise_inference(module, shuffled, "val"), atol=1e-5)
+    if isinstance(module, LayerwiseModule):
+        def predict(data):
+            return layerwise_inference(module, data, "val")
+    else:
+        def predict(data):
+            return nodewise(module, data, 40)
+    assert not torch.allclose(predict(small_graph), predict(shuffled), atol=1e-5)
     r2n = graph_data("r2n")
     assert not r2n.graph.edge_features
     assert create_model(model, TaskInfo("binary", 2, "auroc")).build(r2n).edge_encoders is None
@@ -271,3 +310,69 @@ def test_gbdt_predicts_a_block_of_rows_at_a_time_as_it_would_all_at_once(monkeyp
     assert blocks.shape == (53,) and 0.0 < blocks.std()
     np.testing.assert_array_equal(blocks, whole)
 
+
+
+def test_lightgbm_splits_category_columns_natively_and_stops_early():
+    """The label is planted on two scattered codes (2 and 5 of 8) of a category column: LightGBM reads that
+    column as categorical (its splits test code sets, ``==``), the numeric ones as numbers, and stops
+    ``patience`` rounds after its best validation AUROC, long before its round budget."""
+    from sklearn.metrics import roc_auc_score
+
+    from fourdb.features.base import TableData
+    from fourdb.columns import EncodedTable
+
+    rng = np.random.default_rng(0)
+
+    def split(n):
+        x = rng.normal(size=(n, 2)).astype(np.float32)
+        codes = rng.integers(0, 8, (n, 2))
+        y = (np.isin(codes[:, 0], [2, 5]) ^ (rng.random(n) < 0.1)).astype(np.int64)
+        return EncodedTable(x, codes, [8, 8], ["a", "b"], ["k", "j"]), y
+
+    (train, y), (val, yv), (test, yt) = split(1500), split(500), split(500)
+    data = TableData({"train": train, "val": val, "test": test}, {"train": y, "val": yv})
+    model = create_model("lightgbm", TaskInfo("binary", 2, "auroc"), seed=0, n_estimators=500, patience=10).fit(data)
+    dump = model.booster.dump_model()
+    categorical = {i for i, info in enumerate(dump["feature_infos"].values()) if info["values"]}
+    assert categorical == {2, 3}  # numeric columns first, then the category columns
+
+    def splits(node):
+        if "split_index" not in node:
+            return []
+        return [(node["split_feature"], node["decision_type"])] + splits(node["left_child"]) + splits(node["right_child"])
+
+    used = [s for tree in dump["tree_info"] for s in splits(tree["tree_structure"])]
+    assert (2, "==") in used and all(kind == "==" for f, kind in used if f in categorical)
+    assert all(kind == "<=" for f, kind in used if f not in categorical)
+    engine = model.report()["engine"]
+    assert engine["early_stopping_metric"] == "auc"
+    assert engine["best_round"] < 100 and engine["rounds"] == engine["best_round"] + 10
+    assert roc_auc_score(yt, model.predict(data, "test")) > 0.85
+
+
+@pytest.mark.parametrize("task_type,metric,stops_on", [("multiclass", "accuracy", "multi_error"),
+                                                       ("multiclass", "macro_f1", "multi_logloss"),
+                                                       ("regression", "mae", "l1"), ("regression", "rmse", "l2")])
+def test_lightgbm_predicts_each_task_type_and_stops_on_its_metric(task_type, metric, stops_on):
+    """Class probabilities [N, C] in code order, or values [N]; early stopping on the task's metric where
+    LightGBM has it (MAE), else the objective's loss."""
+    from fourdb.features.base import TableData
+    from fourdb.columns import EncodedTable
+
+    rng = np.random.default_rng(1)
+
+    def split(n):
+        x = rng.normal(size=(n, 2)).astype(np.float32)
+        codes = rng.integers(0, 6, (n, 1))
+        y = codes[:, 0] % 3 if task_type == "multiclass" else 3.0 * x[:, 0] + rng.normal(size=n)
+        return EncodedTable(x, codes, [6], ["a", "b"], ["k"]), y
+
+    (train, y), (val, yv), (test, yt) = split(900), split(300), split(300)
+    data = TableData({"train": train, "val": val, "test": test}, {"train": y, "val": yv})
+    model = create_model("lightgbm", TaskInfo(task_type, 3, metric), seed=0).fit(data)
+    pred = model.predict(data, "test")
+    assert model.report()["engine"]["early_stopping_metric"] == stops_on
+    if task_type == "multiclass":
+        assert pred.shape == (300, 3) and np.allclose(pred.sum(1), 1) and (pred.argmax(1) == yt).mean() > 0.95
+    else:
+        assert pred.shape == (300,) and np.abs(pred - yt).mean() < 0.5 * np.abs(yt - y.mean()).mean()

@@ -236,6 +236,7 @@ def test_datetimes_reach_models_as_ages_at_the_cutoff(drifting):
 
 def test_certify_passes_on_the_planted_databases(subsecond, lines):
     for folder, task, model in ((subsecond, "flag", ["model=gbdt", "features=dfs", "features.depth=1"]),
+                                (subsecond, "flag", ["model=lightgbm", "features=dfs", "features.depth=1"]),
                                 (subsecond, "flag", ["model=sage", "sampler=recent", "sampler.fanouts=[1]"]),
                                 (lines[False], "flagged", ["model=sage", "engine.inference=layerwise"])):
         verdict = run(folder, task, *model, "certify.enabled=true", "certify.max_seeds=60")["certify"]
@@ -283,6 +284,20 @@ def test_every_built_in_task_is_certified(dataset, params, task, inputs):
     record = run_experiment(config(f"dataset={dataset}", f"dataset.params.{params}", f"task={task}", *FAST,
                                    *CERTIFIED[inputs], "max_train_seeds=500", "max_val_seeds=300",
                                    "certify.enabled=true", "certify.groups=2", "certify.max_seeds=50"))
+    verdict = record["certify"]
+    assert verdict["passed"], verdict.get("first_failure")
+    assert len(verdict["checks"]) == 4 and all(c["seeds"] > 0 for c in verdict["checks"])
+
+
+@pytest.mark.parametrize("dataset,task", [("synthetic", "taste"), ("synthetic", "purchase-count"),
+                                          ("browsing", "next-views")])
+def test_lightgbm_is_certified(dataset, task):
+    """Classification, regression and, inside pair_ranker, recommendation: a tree model's predictions must be
+    bit-for-bit equal with every row after each cutoff deleted or scrambled."""
+    record = run_experiment(config(f"dataset={dataset}", "dataset.params.size=150", f"task={task}", *FAST,
+                                   "model=lightgbm", "features=dfs", "features.depth=1", "max_train_seeds=500",
+                                   "max_val_seeds=300", "certify.enabled=true", "certify.groups=2",
+                                   "certify.max_seeds=50"))
     verdict = record["certify"]
     assert verdict["passed"], verdict.get("first_failure")
     assert len(verdict["checks"]) == 4 and all(c["seeds"] > 0 for c in verdict["checks"])

@@ -7,6 +7,9 @@ a featured edge type (an r2ne link table) get theirs the same way, by the edge i
 carry: the link row's encoded columns and ages, set on the block's edges (``edata["num"]``,
 ``edata["cat"]``). ``node_inputs`` is the one function that gathers a block's inputs, for online
 sampling, the offline store and layer-wise inference alike.
+
+Each input node also says which (row, cutoff) pair it is (``row_key``, ``cutoff``), for a model that
+keeps state across batches (fourdb/models/musegnn.py): never features, only names.
 """
 from __future__ import annotations
 
@@ -109,11 +112,38 @@ def relative_time(data: GraphData, ntype: str, rows: np.ndarray, cutoffs: np.nda
 def node_inputs(data: GraphData, ntype: str, nodes: np.ndarray, cutoffs: np.ndarray,
                 num_seeds: int = 0) -> dict[str, torch.Tensor]:
     """A block's input features for ``nodes`` of one type at their cutoffs: ``num`` (encoded columns,
-    then ``relative_time``) and ``cat``; the first ``num_seeds`` of the seed type are the masked seeds."""
+    then ``relative_time``) and ``cat``; the first ``num_seeds`` of the seed type are the masked seeds.
+    Then which pair each node is: ``row_key`` (``row_keys``) and ``cutoff``."""
     rows = input_rows(data, ntype, nodes, num_seeds)
     num, cat = row_features(data, ntype, rows)
     rel = relative_time(data, ntype, rows, cutoffs)
-    return {"num": torch.from_numpy(np.concatenate([num, rel], 1)), "cat": torch.from_numpy(cat)}
+    return {"num": torch.from_numpy(np.concatenate([num, rel], 1)), "cat": torch.from_numpy(cat),
+            **node_names(data, ntype, nodes, cutoffs)}
+
+
+def node_names(data: GraphData, ntype: str, nodes: np.ndarray, cutoffs: np.ndarray) -> dict[str, torch.Tensor]:
+    """``row_key`` and ``cutoff`` (int64 ns) of input nodes: what a model keys state kept across batches by."""
+    cutoffs = np.asarray(cutoffs, np.int64)
+    keys = torch.from_numpy(row_keys(data, ntype, nodes, cutoffs))
+    return {"row_key": keys, "cutoff": torch.from_numpy(cutoffs.copy())}  # a copy: the store's are a read-only map
+
+
+def row_keys(data: GraphData, ntype: str, nodes: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
+    """A name for each node's row that every build of the database as of its cutoff, or later, gives it
+    alike: the row's rank in its table ordered by (time, row number). Row numbers are no such name:
+    deleting the rows newer than a cutoff (``fourdb certify``) renumbers the rest. The rows known at a
+    cutoff keep their order and come before every newer row, so their ranks stay. -1 for a row newer
+    than its cutoff (a row-column task's seed row): its rank is not fixed by what is known then."""
+    ranks = data.derived.get("row_ranks")
+    if ranks is None:  # a dict per graph, filled a table at a time; the sampler threads may race to fill it alike
+        ranks = data.derived["row_ranks"] = {}
+    if ntype not in ranks:
+        order = np.argsort(data.graph.node_time(ntype), kind="stable")
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order))
+        ranks[ntype] = rank
+    nodes = np.asarray(nodes, np.int64)
+    return np.where(data.graph.node_time(ntype)[nodes] <= cutoffs, ranks[ntype][nodes], -1)
 
 
 def add_edge_features(data: GraphData, blocks: list, cutoffs: dict[str, np.ndarray]) -> None:

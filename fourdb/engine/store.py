@@ -9,7 +9,7 @@ as online sampling from the same generator, with no sampling and no random featu
 over models with the same seed reuses one store.
 
 Per epoch the files hold each batch's blocks (edge lists with the sampled edges' ids per edge type and
-layer, node counts per type), its input rows with their cutoffs and relative-time features, and its
+layer, node counts per type), its input nodes with their cutoffs and relative-time features, and its
 cold feature rows packed contiguously in batch order. Feature rows are ranked by how often the offline
 pass read them; the most read ones, up to ``cache_mb``, form the hot tier, loaded whole into fast
 memory (the GPU when training runs there, else RAM); the others stay memory-mapped, packed per batch
@@ -36,12 +36,12 @@ import torch
 from filelock import FileLock
 
 from fourdb.engine.blocks import make_block
-from fourdb.engine.data import add_edge_features, input_rows, relative_time, row_features
+from fourdb.engine.data import add_edge_features, input_rows, node_names, relative_time, row_features
 from fourdb.engine.pipeline import prefetch
 from fourdb.engine.timing import row_bytes
 from fourdb.utils import atomic_output, atomic_write_text, cache_root, progress, stable_hash
 
-STORE_VERSION = 3  # 2: edge ids in the edge lists, input cutoffs; 3: ns times, relative time per type
+STORE_VERSION = 4  # 2: edge ids in the edge lists, input cutoffs; 3: ns times, relative time per type; 4: input node ids
 log = logging.getLogger("fourdb")
 
 
@@ -210,6 +210,7 @@ class BatchStore:
                 "rel": [self._load(f"e{k}.rel{i}.npy") for i in range(lay.n_nt)],  # per type: widths differ
                 "type_off": np.concatenate([np.zeros((1, lay.n_nt), np.int64), np.cumsum(rcount, 0)]),
                 "cut": self._load(f"e{k}.cut.npy"),
+                "nid": self._load(f"e{k}.nid.npy"),
                 "idx": self._load(f"e{k}.idx.npy"),
                 "edge_off": np.concatenate([[0], np.cumsum(ecount)]), "row_off": row_off,
                 "seed_off": np.concatenate([[0], np.cumsum(meta[:, self._seed_col()])]),
@@ -244,6 +245,7 @@ class BatchStore:
             n = int(n_in[i])
             if present[i]:
                 cutoffs[t] = np.asarray(e["cut"][r:r + n])
+                names = node_names(data, t, np.asarray(e["nid"][r:r + n]), cutoffs[t])
                 slot = np.asarray(e["slot"][r:r + n])
                 hot_num, hot_cat = self._hot_tier(i)
                 c0, c1 = e["cold_off"][b, i], e["cold_off"][b + 1, i]
@@ -258,7 +260,7 @@ class BatchStore:
                     num[is_hot, :d], cat[is_hot] = hot_num[hs], hot_cat[hs]
                     num[~is_hot, :d], cat[~is_hot] = cold_num, cold_cat
                     num[:, d:] = rel
-                    feats[t] = {"num": torch.from_numpy(num), "cat": torch.from_numpy(cat)}
+                    feats[t] = {"num": torch.from_numpy(num), "cat": torch.from_numpy(cat), **names}
                 else:  # GPU tier: assembled on the GPU, only the cold rows travel
                     dev = hot_num.device
                     mask = torch.from_numpy(is_hot).to(dev)
@@ -269,7 +271,7 @@ class BatchStore:
                     num[~mask] = torch.from_numpy(np.array(cold_num)).to(dev)
                     cat[~mask] = torch.from_numpy(np.array(cold_cat)).to(dev)
                     rel_t = torch.from_numpy(np.array(rel)).to(dev)
-                    feats[t] = {"num": torch.cat([num, rel_t], 1), "cat": cat}
+                    feats[t] = {"num": torch.cat([num, rel_t], 1), "cat": cat, **names}
             r += n
         add_edge_features(data, blocks, cutoffs)
         idx = np.asarray(e["idx"][e["seed_off"][b]:e["seed_off"][b + 1]])
@@ -295,12 +297,13 @@ def replay_seconds(source, batches: list) -> float:
             ids = nodes.cpu().numpy()
             rows = input_rows(data, t, ids, batch.num_seeds if t == data.seed_type else 0)
             num, cat = row_features(data, t, rows)
-            feats[t] = (num, cat, relative_time(data, t, rows, cutoffs[t]))
+            feats[t] = (ids, num, cat, relative_time(data, t, rows, cutoffs[t]))
         start = time.perf_counter()
         add_edge_features(data, lay.blocks(meta, edges), cutoffs)
-        for num, cat, rel_t in feats.values():
+        for t, (ids, num, cat, rel_t) in feats.items():
             torch.cat([torch.from_numpy(np.array(num)), torch.from_numpy(np.array(rel_t))], 1)
             torch.from_numpy(np.array(cat))
+            node_names(data, t, ids, cutoffs[t])
         times.append(time.perf_counter() - start)
     return float(np.median(times))
 
@@ -317,7 +320,7 @@ def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> No
             states.append(rng_state_hash(rng))
             plan = source.epoch_plan(rng)
             jobs = ((lambda i=i, s=s: (i, source.sample("train", i, np.random.default_rng(s)))) for i, s in plan)
-            metas, edges, idxs, rows, rels, cuts = [], [], [], {t: [] for t in lay.ntypes}, {t: [] for t in lay.ntypes}, []
+            metas, edges, idxs, rows, rels, cuts, nids = [], [], [], {t: [] for t in lay.ntypes}, {t: [] for t in lay.ntypes}, [], []
             sampled = prefetch(jobs, max(1, source.workers), source.engine.prefetch)
             desc = f"sampling epoch {k + 1}/{epochs} into the store"
             for idx, batch in progress(sampled, None, total=len(plan), desc=desc, leave=False):
@@ -331,11 +334,12 @@ def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> No
                         r = input_rows(data, t, ids, batch.num_seeds if t == data.seed_type else 0)
                         rows[t].append(r)
                         cuts.append(batch.input_cutoffs[t].cpu().numpy())
+                        nids.append(ids.astype(np.int64))
                         rels[t].append(relative_time(data, t, r, cuts[-1]))
                         counts[t] += np.bincount(r, minlength=len(counts[t]))
                     else:
                         rows[t].append(np.zeros(0, np.int64))
-            per_epoch.append((metas, edges, idxs, rows, rels, cuts))
+            per_epoch.append((metas, edges, idxs, rows, rels, cuts, nids))
         # hot tier: the most read rows over all types, up to the budget
         flat = np.concatenate([counts[t] for t in lay.ntypes])
         owner = np.concatenate([np.full(len(counts[t]), i) for i, t in enumerate(lay.ntypes)])
@@ -347,7 +351,7 @@ def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> No
             num, cat = row_features(data, t, hot[t])
             np.save(tmp / f"hot{i}.num.npy", num)
             np.save(tmp / f"hot{i}.cat.npy", cat)
-        for k, (metas, edges, idxs, rows, rels, cuts) in enumerate(per_epoch):
+        for k, (metas, edges, idxs, rows, rels, cuts, nids) in enumerate(per_epoch):
             np.save(tmp / f"e{k}.meta.npy", np.stack(metas))
             np.save(tmp / f"e{k}.edges.npy", np.concatenate(edges, 1))
             np.save(tmp / f"e{k}.idx.npy", np.concatenate(idxs))
@@ -355,6 +359,7 @@ def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> No
                 width = relative_time(data, t, np.zeros(0, np.int64), np.zeros(0, np.int64)).shape[1]
                 np.save(tmp / f"e{k}.rel{i}.npy", np.concatenate(rels[t]) if rels[t] else np.zeros((0, width), np.float32))
             np.save(tmp / f"e{k}.cut.npy", np.concatenate(cuts) if cuts else np.zeros(0, np.int64))
+            np.save(tmp / f"e{k}.nid.npy", np.concatenate(nids) if nids else np.zeros(0, np.int64))
             slots = []
             for b in range(len(metas)):
                 for t in lay.ntypes:

@@ -24,12 +24,14 @@ def median_seconds(times: list[float]) -> float:
 
 def measure_steps(module: torch.nn.Module, device, inputs: list, opt: torch.optim.Optimizer | None = None) -> float:
     """Median seconds of a training step (forward, backward and, given one, the optimizer's step) on
-    each batch of ``inputs``. The random state is restored afterwards, and without an optimizer the
-    parameters and their gradients are left as they were, so the run it profiles is unchanged."""
+    each batch of ``inputs``. The random state and the buffers (state a model keeps across batches) are
+    restored afterwards, and without an optimizer the parameters and their gradients are left as they
+    were, so the run it profiles is unchanged."""
     device = torch.device(device)
     was_training = module.training
     module.train()
     grads = [p.grad for p in module.parameters()]
+    buffers = [b.detach().clone() for b in module.buffers()]
     times = []
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         for x in inputs:
@@ -45,6 +47,9 @@ def measure_steps(module: torch.nn.Module, device, inputs: list, opt: torch.opti
     if opt is None:
         for p, g in zip(module.parameters(), grads):
             p.grad = g
+    with torch.no_grad():
+        for b, saved in zip(module.buffers(), buffers):
+            b.copy_(saved)
     module.train(was_training)
     return median_seconds(times)
 

@@ -1,4 +1,5 @@
-"""Models: tabular (gbdt, mlp, deepfm, fttransformer) and graph (sage, gat, hgt, pna, rgcn), one file each,
+"""Models: tabular (gbdt, lightgbm, mlp, deepfm, fttransformer) and graph (sage, gat, hgt, pna, rgcn, relgt, musegnn),
+one file each,
 found by the registry in ``fourdb.models.base``."""
 from fourdb.models.base import MODELS, Model, NeuralModel, TaskInfo, check_params, create_model, register_model
 

@@ -58,6 +58,13 @@ class Model:
         """The registered model this one runs inside it, whose parameters it takes too (None: none)."""
         return None
 
+    @classmethod
+    def ranked_by(cls) -> tuple[str, str] | None:
+        """The model that runs this one on a recommendation task and its parameter naming this one: a
+        tabular model scores (source, candidate) pairs, a GNN's convolution encodes both towers (None: a
+        model with neither, which does not do recommendation tasks)."""
+        return {"table": ("pair_ranker", "inner"), "graph": ("two_tower", "gnn")}.get(cls.input_kind)
+
     def fit(self, data, trainer_cfg) -> "Model":
         raise NotImplementedError
 
@@ -129,7 +136,7 @@ def create_model(name: str, info: TaskInfo, seed: int = 0, **params) -> Model:
     cls = MODELS.get(name)
     params = check_params(name, params)
     if info.task_type.is_ranking and info.task_type not in cls.task_types:
-        wrapper = {"table": ("pair_ranker", "inner"), "graph": ("two_tower", "gnn")}.get(cls.input_kind)
+        wrapper = cls.ranked_by()
         if wrapper:
             return create_model(wrapper[0], info, seed=seed, **{wrapper[1]: name}, **params)
     if info.task_type not in cls.task_types:

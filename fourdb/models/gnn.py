@@ -53,7 +53,8 @@ class HeteroGNN(nn.Module):
         self.head = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
 
     def forward(self, blocks, feats):
-        """``blocks`` input layer first; ``feats`` table -> {"num", "cat"} of the first block's sources."""
+        """``blocks`` input layer first; ``feats`` table -> {"num", "cat"} of the first block's sources (and
+        "row_key", "cutoff": which (row, cutoff) each is, ``fourdb.engine.data.node_names``)."""
         return self.embed(blocks, feats, self.seed_type)
 
     def embed(self, blocks, feats, ntype: str) -> torch.Tensor:
@@ -161,7 +162,8 @@ class RecommendationGNN(GNN):
     def parameters(cls, params: dict) -> dict[str, inspect.Parameter]:
         """Its own (``extra_params``) and those of the named GNN, whose convolution it runs."""
         gnn = params.get("gnn")
-        gnns = [name for name, c in MODELS.items() if issubclass(c, GNN) and not issubclass(c, RecommendationGNN)]
+        gnns = [name for name, c in MODELS.items() if issubclass(c, GNN) and c.ranked_by() == ("two_tower", "gnn")
+                and not issubclass(c, RecommendationGNN)]  # GNNs that lend their convolution
         if gnn not in gnns:
             raise SettingError(f"model '{cls.name}': gnn must be one of {', '.join(gnns)}, not '{gnn}'"
                                f"{did_you_mean(gnn, gnns)}")

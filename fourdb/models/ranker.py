@@ -1,6 +1,6 @@
 """A recommendation task through any tabular model: rank each seed's candidates by a binary model of
 (seed, candidate) pairs (``fourdb.features.pairs``), and recommend the top ``k``. ``create_model`` wraps a
-tabular model (gbdt, mlp, deepfm, fttransformer) in it when the task is a recommendation task."""
+tabular model (gbdt, lightgbm, mlp, deepfm, fttransformer) in it when the task is a recommendation task."""
 from __future__ import annotations
 
 import inspect
