@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 from fourdb.features import TableData
+from fourdb.features.interactions import RecData
 from fourdb.models import NeuralModel
 from fourdb.rdb import Database
 from fourdb.tasks import Task
@@ -127,6 +128,9 @@ def certify(build_inputs, model, db: Database, task: Task, splits: dict, groups:
             cut = cut_at(db, task, t, group["node"].to_numpy(), mode, rng)
             inputs = build_inputs(cut.db, _renumber(sub, table, cut))
             pred = np.asarray(model.predict(inputs, "test"))
+            if task.spec.destination_table:  # ranked destination rows: compared as the original rows they are
+                dest = cut.rows[task.spec.destination_table]
+                pred = np.where(pred >= 0, dest[np.maximum(pred, 0)], -1)
             same = np.array_equal(base, pred) if exact else np.allclose(base, pred, atol=ATOL, rtol=RTOL)
             check = {"cutoff": str(pd.Timestamp(t)), "mode": mode, "seeds": len(group), "identical": bool(same),
                      "max_abs_diff": float(np.max(np.abs(base - pred))) if len(base) else 0.0}
@@ -147,6 +151,8 @@ def certify(build_inputs, model, db: Database, task: Task, splits: dict, groups:
 
 def first_difference(a, b, cut: Cut) -> str:
     """The first input that differs between two builds of the same test seeds."""
+    if isinstance(a, RecData):  # a recommender reads its graph or its candidate pairs' features
+        a, b = (a.graph, b.graph) if a.graph is not None else (a.pairs, b.pairs)
     if isinstance(a, TableData):  # table features: columns by name
         fa, fb = a.features["test"], b.features["test"]
         for names, x, y in ((fa.numeric_names, fa.numeric, fb.numeric), (fa.categorical_names, fa.categorical,

@@ -34,12 +34,12 @@ CELLS = ["gbdt:single_table", "gbdt:dfs", "sage:r2n", "mlp:single_table", "mlp:d
          # the field's models of today: LightGBM, a relational graph transformer, MuseGNN
          "lightgbm:single_table", "lightgbm:dfs", "relgt:r2n", "musegnn:r2n", "relgt:r2ne", "musegnn:r2ne"]
 # the recommendation family: the history baselines, tabular models ranking candidate pairs, a GNN's two towers,
-# the identity-aware GNN
+# the identity-aware GNN, ContextGNN
 REC_TASKS = ["browsing-next-views", "browsing-next-gifts", "nycflights13-plane-destinations",
              "lahman-roster-additions"]
 ALL_TASKS = TASKS + REC_TASKS
 REC_CELLS = ["popularity:history", "repeat:history", "gbdt:single_table", "gbdt:dfs", "lightgbm:dfs", "mlp:single_table",
-             "sage:r2ne", "idgnn:r2ne"]
+             "sage:r2ne", "idgnn:r2ne", "contextgnn:r2ne"]
 SEEDS = (0, 1, 2)
 # 2 CPU cores: training and early stopping on a fixed subsample; the test split is always whole
 BUDGET = {"max_train_seeds": 5000, "max_val_seeds": 3000}

@@ -244,6 +244,64 @@ def test_identity_ranking_puts_reached_rows_first_then_popular_ones_and_never_un
     assert top[1][:2].tolist() == [3, 1] and set(top[1][2:]) == {0, 2}  # reached only the unborn 4: popularity
 
 
+def test_contextgnn_ranks_at_least_as_well_as_the_identity_aware_gnn_and_the_two_towers():
+    """next-views: the shelf a user browses is reached by its tree, and the products of that shelf it did
+    not reach are what the shallow embeddings learn to rank outside it."""
+    towers = run("sage", "next-views", "single_table", "trainer.epochs=4")["test"]["map"]
+    identity = run("idgnn", "next-views", "single_table", "trainer.epochs=4")["test"]["map"]
+    context = run("contextgnn", "next-views", "single_table", "trainer.epochs=4")["test"]["map"]
+    print(f"next-views test MAP@10: contextgnn {context:.4f}, idgnn {identity:.4f}, sage two towers {towers:.4f}")
+    assert context >= max(identity, towers), (context, identity, towers)
+
+
+class StubIdentity(torch.nn.Module):
+    """What ContextNet reads of the identity-aware GNN: final states and a pair score per reached node."""
+
+    source, destination = "users", "products"
+
+    def __init__(self, seed_states, pair):
+        super().__init__()
+        self.seed_states, self.pair = seed_states, pair
+
+    def states(self, block, feats, num_seeds):
+        return {"users": self.seed_states, "products": torch.zeros(len(self.pair), self.seed_states.shape[1])}
+
+    def pair_scores(self, h):
+        return self.pair
+
+
+def test_contextgnn_scores_reached_rows_pairwise_the_rest_by_embedding_and_never_an_unborn_one():
+    """Seed 0's tree reached destinations 1 and 4 (4 is not born yet); the others are scored by the
+    tower, where destination 3's embedding points the way of the query. The scores are a mixture: they
+    sum to one over the destinations that exist, and the fuse weight moves mass between the two parts."""
+    from fourdb.models.contextgnn import ContextNet
+
+    hidden, n = 4, 6
+    net = ContextNet(StubIdentity(torch.ones(2, hidden), torch.tensor([0.0, 3.0, -1.0])), n, hidden, 1.0)
+    with torch.no_grad():
+        net.table.zero_()
+        net.table[3] = 5.0
+        net.table[5] = 50.0  # destination 5 is not born either: its embedding must not matter
+        net.project.weight.copy_(torch.eye(hidden))
+        net.project.bias.zero_()
+        net.popularity.zero_()
+        net.fuse.weight.zero_()
+    reached = torch.tensor([[0, 0, 1], [1, 4, 2]])  # seed 1 reached destination 2
+    alive = torch.tensor([[True, True, True, True, False, False]])
+    prior = torch.zeros(1, n, 2)
+    rows = torch.arange(n)
+    for inside_bias, first in ((4.0, 1), (-4.0, 3)):
+        with torch.no_grad():
+            net.fuse.bias.copy_(torch.tensor([inside_bias, 0.0]))
+        out = net(None, None, reached, 2, torch.tensor([0, 0]), prior, alive, rows)
+        assert torch.isinf(out[:, 4:]).all() and (out[:, 4:] < 0).all()  # unborn: reached or not, no score
+        assert torch.isfinite(out[:, :4]).all()
+        assert torch.allclose(out[:, :4].exp().sum(1), torch.ones(2), atol=1e-5)
+        assert int(out[0].argmax()) == first  # inside weighted up: the reached row; down: the tower's best
+        outside = out[0, [0, 2, 3]]
+        assert int(outside.argmax()) == 2  # destination 3, by its embedding
+
+
 # -- 4DBInfer retrieval tasks: imported, ranked among the shipped candidates -------------------------------
 
 def write_retrieval(root, users=60, items=40, negatives=9):
@@ -337,6 +395,7 @@ def test_a_4dbinfer_retrieval_task_imports_as_a_recommendation_task_over_its_can
 
 
 @pytest.mark.parametrize("model,more", [("repeat", ()), ("gbdt", ()), ("idgnn", ("graph=r2n", "sampler.fanouts=[10,5]")),
+                                        ("contextgnn", ("graph=r2n", "sampler.fanouts=[10,5]")),
                                         ("sage", ("graph=r2n", "sampler.fanouts=[10,5]"))])
 def test_the_candidate_protocol_equals_4dbinfers_mrr_from_its_files(tmp_path, model, more):
     """Each model ranks a query's shipped candidates only; the recorded MRR equals 4DBInfer's MRR

@@ -1,7 +1,7 @@
 """Data sources for GNNs on recommendation tasks, through the same sampler and input gathering as every
 other GNN.
 
-``LinkSource`` and ``IdentitySource`` below; in both, every row is seen as of its seed's cutoff.
+``LinkSource``, ``IdentitySource`` and ``ContextSource`` below; in each, every row is seen as of its seed's cutoff.
 
 ``LinkSource`` (two towers): a training batch is B seeds, each with one of its true destinations and
 ``negatives`` random destinations that exist at its cutoff; the source and the distinct (destination,
@@ -14,11 +14,17 @@ the tree's edges, in both directions, form one graph over all of the batch's nod
 flow out from the marked seed to the destination rows it reaches; those rows are its candidates.
 Evaluation ranks them by the model's scores, then every other existing destination by popularity as of
 the cutoff: one dense [seeds, destinations] score matrix and a top-k per chunk of seeds.
+
+``ContextSource`` (ContextGNN): the identity-aware trees, and beside them what scores every other
+destination as of the seed's cutoff: whether it exists, its popularity (recent and all-time), and which
+learned embedding is its own; the model scores all existing destinations, so a batch is [seeds,
+destinations] and ranking is a top-k of it.
 """
 from __future__ import annotations
 
 import dgl
 import numpy as np
+import pandas as pd
 import torch
 
 from fourdb.engine.blocks import make_block
@@ -231,3 +237,66 @@ class IdentitySource(RecSource):
             pop = inter.popularity_score(cutoff)
             self._popular[cutoff] = torch.from_numpy(np.where(inter.exists(cutoff), pop / (pop.max() + 1), -np.inf))
         return self._popular[cutoff]
+
+
+class ContextSource(IdentitySource):
+    """ContextGNN's inputs: a seed's own tree as for the identity-aware GNN, and for every destination, the
+    seed's context outside it: whether it exists at the seed's cutoff, its popularity then (links in the
+    last window and ever, as log1p counts), and the row of its learned embedding (found by primary key, so
+    that a rebuilt database with other row numbers reaches the same embedding; an unknown key gets the
+    shared last row). The model scores every existing destination: [seeds, destinations]."""
+
+    def __init__(self, rec: RecData, batch_size: int, embedding_keys: np.ndarray):
+        super().__init__(rec, batch_size)
+        inter = rec.interactions
+        keys = inter.dst_keys if inter.dst_keys is not None else np.arange(inter.n_dst)
+        rows = pd.Index(embedding_keys).get_indexer(keys)
+        self.embedding_rows = torch.from_numpy(np.where(rows < 0, len(embedding_keys), rows).astype(np.int64))
+        self._prior: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def context_batch(self, split: str, idx: np.ndarray, rng: np.random.Generator):
+        """Model inputs ``(block, feats, reached, seeds, at, prior, alive, embedding_rows)``: ``reached``
+        (seed, destination row) per destination node of the tree; per distinct cutoff of the batch, the
+        destinations' ``prior`` [U, destinations, 2] and ``alive`` [U, destinations]; ``at`` the cutoff of
+        each seed (an index into those)."""
+        (block, feats, _, num_seeds, _), (group, rows) = self.tree_batch(split, idx, rng)
+        distinct, at = np.unique(self.data.cutoffs[split][idx], return_inverse=True)
+        prior, alive = zip(*(self.prior(int(t)) for t in distinct))
+        reached = torch.from_numpy(np.stack([group, rows]).astype(np.int64))
+        return (block, feats, reached, num_seeds, torch.from_numpy(at.astype(np.int64)), torch.stack(prior),
+                torch.stack(alive), self.embedding_rows)
+
+    def train_batch(self, idx: np.ndarray, seed: int):
+        inputs = self.context_batch("train", idx, np.random.default_rng(seed))
+        labels = torch.zeros((len(idx), self.rec.interactions.n_dst))
+        truth = self.rec.labels["train"][idx]
+        sizes = [len(t) for t in truth]
+        if sum(sizes):
+            labels[np.repeat(np.arange(len(idx)), sizes), np.concatenate([np.asarray(t, np.int64) for t in truth])] = 1
+        alive = inputs[6][inputs[4]]
+        return inputs, labels * alive  # a destination born after the cutoff cannot be a training target
+
+    @torch.no_grad()
+    def infer(self, module, split: str, device) -> torch.Tensor:
+        """[n, k] destination rows per seed of ``split``, by the model's score over every existing one."""
+        module.eval()
+        cutoffs, k, n_dst = self.data.cutoffs[split], self.rec.width(split), self.rec.interactions.n_dst
+        out = torch.full((len(cutoffs), k), -1, dtype=torch.int64)
+        for b, start in enumerate(range(0, len(cutoffs), self.batch_size)):
+            idx = np.arange(start, min(len(cutoffs), start + self.batch_size))
+            inputs = self.context_batch(split, idx, np.random.default_rng(EVAL_SEED + b))
+            scores = module(*to_device(inputs, device)).cpu()
+            if split in self.rec.allowed:
+                scores = scores.masked_fill(~only(self.rec.allowed[split][idx], n_dst), -np.inf)
+            top = torch.topk(scores, min(k, n_dst), dim=1)
+            out[idx, :top.indices.shape[1]] = top.indices.masked_fill(~torch.isfinite(top.values), -1)
+        return out
+
+    def prior(self, cutoff: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per destination, log1p of (recent, all-time) links known by ``cutoff``, and whether it exists then."""
+        if cutoff not in self._prior:
+            inter = self.rec.interactions
+            recent, total = inter.popularity(cutoff)
+            self._prior[cutoff] = (torch.from_numpy(np.log1p(np.stack([recent, total], 1)).astype(np.float32)),
+                                   torch.from_numpy(inter.exists(cutoff)))
+        return self._prior[cutoff]

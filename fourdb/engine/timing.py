@@ -38,7 +38,8 @@ def measure_steps(module: torch.nn.Module, device, inputs: list, opt: torch.opti
             t = time.perf_counter()
             if opt is not None:
                 opt.zero_grad()
-            module(*to_device(x, device)).float().pow(2).mean().backward()
+            out = module(*to_device(x, device)).float()
+            out[torch.isfinite(out)].pow(2).mean().backward()  # a ranking model marks what it cannot rank -inf
             if opt is not None:
                 opt.step()
             if device.type == "cuda":

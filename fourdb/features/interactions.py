@@ -34,6 +34,9 @@ class Interactions:
     n_dst: int
     dst_born: np.ndarray  # int64 ns per destination row; MISSING_TIME: always there
     window: int  # ns: the task's label window ("recent" popularity counts the last one)
+    # per destination row, its primary key: what names a row across two builds of a database whose row
+    # numbers differ (a model that learns an embedding per destination finds its rows by it)
+    dst_keys: np.ndarray | None = None
 
     @classmethod
     def from_task(cls, task: Task, db: Database) -> "Interactions":
@@ -46,9 +49,10 @@ class Interactions:
         n_dst = len(db.tables[table.name])
         born = to_epoch_ns(db.tables[table.name][table.time_column]) if table.time_column else \
             np.full(n_dst, MISSING_TIME, np.int64)
+        keys = db.tables[table.name][table.primary_key].to_numpy() if table.primary_key else np.arange(n_dst)
         order = np.argsort(known, kind="stable")
         return cls(src[order].astype(np.int64), dst[order].astype(np.int64), known[order], n_dst, born,
-                   int(pd.Timedelta(task.spec.window).value))
+                   int(pd.Timedelta(task.spec.window).value), keys)
 
     # -- as of one cutoff --------------------------------------------------------------------------
     def exists(self, cutoff: int) -> np.ndarray:

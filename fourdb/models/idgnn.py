@@ -20,14 +20,22 @@ class IdentityNet(nn.Module):
         self.encoder, self.source, self.destination = encoder, source, destination
         self.identity = nn.Parameter(torch.randn(hidden))
 
-    def forward(self, block, feats, index: torch.Tensor, num_seeds: int, width: int) -> torch.Tensor:
-        """Logits [seeds, width]: ``index`` (seed, slot) per destination node of ``block``; -inf pads."""
+    def states(self, block, feats, num_seeds: int) -> dict[str, torch.Tensor]:
+        """Every node's final state, messages having flowed out from the marked seeds."""
         h = self.encoder.encode(feats)
         seeds = h[self.source]
         h[self.source] = torch.cat([seeds[:num_seeds] + self.identity, seeds[num_seeds:]])
         for i in range(self.encoder.num_layers):
             h = self.encoder.layer(i, block, h)
-        scores = self.encoder.head(h[self.destination]).view(-1)
+        return h
+
+    def pair_scores(self, h: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One score per destination node: this destination as seen from the seed whose tree holds it."""
+        return self.encoder.head(h[self.destination]).view(-1)
+
+    def forward(self, block, feats, index: torch.Tensor, num_seeds: int, width: int) -> torch.Tensor:
+        """Logits [seeds, width]: ``index`` (seed, slot) per destination node of ``block``; -inf pads."""
+        scores = self.pair_scores(self.states(block, feats, num_seeds))
         out = scores.new_full((num_seeds, width), float("-inf"))
         out[index[0], index[1]] = scores
         return out
