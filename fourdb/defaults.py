@@ -73,10 +73,15 @@ def group_settings(group: str) -> set[str]:
     return {key for path in (Path(CONF_DIR) / group).glob("*.yaml") for key in option(group, path.stem)}
 
 
+def _global_group(group: str) -> bool:
+    """An optional group whose options write into the others (``# @package _global_``), not a key of its own."""
+    return any("@package _global_" in p.read_text() for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+
+
 def run_settings() -> dict:
     """The top-level keys of a composed run config, with conf/config.yaml's values: its own settings, and
     the groups it picks an option of (an optional group, ``experiment: null``, adds its keys to the others)."""
     raw = _load("config")
     groups = [g for entry in raw["defaults"] if isinstance(entry, dict) for g, pick in entry.items()
-              if pick is not None and not g.startswith("override ")]
+              if not g.startswith("override ") and (pick is not None or not _global_group(g))]
     return {**{k: v for k, v in raw.items() if k not in ("defaults", "hydra")}, **{g: {} for g in groups}}

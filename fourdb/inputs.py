@@ -13,6 +13,7 @@ from fourdb.engine.data import GraphData
 from fourdb.engine.sampler import TemporalSampler
 from fourdb.features import TableData, build_table_features
 from fourdb.features.interactions import RecData, rec_data
+from fourdb.features.labels import label_data
 from fourdb.features.pairs import pair_data
 from fourdb.graph import build_graph
 from fourdb.graph.build import fk_relations
@@ -106,6 +107,8 @@ def run_inputs(cfg: DictConfig, db, task: Task, splits: dict, kind: str):
         return data, label
     if kind == "graph":
         return graph_inputs(cfg, db, task, splits), graph_label(cfg)
+    if kind == "labels":
+        return label_data(task, splits), {"features": "labels"}
     return table_inputs(cfg, db, task, splits), {"features": cfg.features.name}
 
 
@@ -116,7 +119,8 @@ def log_columns(cfg: DictConfig, db, task: Task, kind: str, encoders: dict | Non
 
     name = "graph" if kind == "graph" else cfg.features.name if kind in ("table", "pairs") else None
     if name is None:
-        log.info("columns: the model reads no column, only the task's link history")
+        log.info("columns: the model reads no column, only the task's %s",
+                 "training labels" if kind == "labels" else "link history")
         return
     if name not in KINDS:
         log.info("columns: no column report for feature set '%s'", name)

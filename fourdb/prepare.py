@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fourdb.datasets import load_dataset
 from fourdb.engine import ddp
+from fourdb.errors import FourdbError
 from fourdb.inputs import graph_engine, graph_inputs, graph_label, inputs_key, run_inputs, shared_folder, subsample
 from fourdb.models import Model, TaskInfo, create_model
 from fourdb.rdb import Database
@@ -69,6 +70,9 @@ def prepare_run(cfg, until: str = "model") -> PreparedRun:
     cfg = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
     source = run_source(cfg)
     spec = find_task(source, cfg.task)  # a bad task file fails before the database is loaded or built
+    if cfg.get("objective") and not spec.task_type.is_regression:
+        raise FourdbError(f"objective={cfg.objective.name} sets the loss of regression tasks; task '{spec.name}' is "
+                          f"{spec.task_type}: leave objective unset")
     db = load_dataset(source, bool(cfg.dataset.get("allow_outside_paths")), **(cfg.dataset.get("params") or {}))
     run = PreparedRun(cfg, spec, db)
     if until == "database":
@@ -84,7 +88,8 @@ def prepare_run(cfg, until: str = "model") -> PreparedRun:
 def trainer_config(cfg: DictConfig, out_dir=None, **changes) -> TrainerConfig:
     """The run's trainer settings (what the trainer group leaves out takes TrainerConfig's one-process
     default); with ``out_dir`` it checkpoints there under the run's config hash."""
-    return TrainerConfig(**{**OmegaConf.to_container(cfg.trainer, resolve=True), **changes},
+    objective = cfg.objective.name if cfg.get("objective") else None
+    return TrainerConfig(**{**OmegaConf.to_container(cfg.trainer, resolve=True), **changes}, objective=objective,
                          checkpoint_dir=str(out_dir) if out_dir is not None else None,
                          checkpoint_key=checkpoint_key(cfg) if out_dir is not None else None)
 

@@ -18,7 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from fourdb.engine import ddp
 from fourdb.engine.data import GraphData
 from fourdb.inputs import SPLITS, graph_inputs, log_columns, run_inputs, subsample  # noqa: F401 - tests' helpers
-from fourdb.metrics import evaluate
+from fourdb.metrics import evaluate, higher_is_better
+from fourdb.models import MODELS
 from fourdb.prepare import prepare_run, read_launch, trainer_config
 from fourdb.rdb.fingerprint import database_fingerprint
 from fourdb.settings import check_settings
@@ -70,6 +71,45 @@ def certify_run(cfg: DictConfig, model, db, task, splits: dict, options) -> dict
     return out
 
 
+def trivial_baselines(task, splits: dict, info, y_train) -> dict:
+    """Each trivial baseline that does the task's type (``fourdb.models.trivial``), scored on the run's
+    validation and test seeds: no training, so every run can say where the floor is."""
+    from fourdb.features.labels import label_data
+    from fourdb.models import create_model
+    from fourdb.models.trivial import TRIVIAL
+
+    data, out = None, {}
+    for name in TRIVIAL:
+        baseline = create_model(name, info) if info.task_type in MODELS.get(name).task_types else None
+        if baseline is None:
+            continue
+        data = data or label_data(task, splits)
+        baseline.fit(data)
+        out[name] = {s: evaluate(task.spec.metrics, splits[s]["label"].to_numpy(), baseline.predict(data, s), y_train)
+                     for s in ("val", "test")}
+    return out
+
+
+def best_trivial(metric: str, trivial: dict, split: str = "test") -> tuple[str, float] | None:
+    """The trivial baseline with the best ``metric`` on ``split`` and its value (None: there are none)."""
+    scored = [(name, m[split][metric]) for name, m in trivial.items() if np.isfinite(m[split].get(metric, np.nan))]
+    if not scored:
+        return None
+    return (max if higher_is_better(metric) else min)(scored, key=lambda x: x[1])
+
+
+def warn_if_trivial_wins(model: str, metric: str, metrics: dict, trivial: dict) -> None:
+    best = best_trivial(metric, trivial)
+    if best is None:
+        return
+    score = metrics["test"][metric]
+    beaten = score > best[1] if higher_is_better(metric) else score < best[1]
+    if not beaten:
+        log.warning("model '%s' does not beat the trivial baseline '%s': test %s %.4f against %.4f; it has "
+                    "learned nothing a constant or the entity's own past labels do not give", model, best[0],
+                    metric, score, best[1])
+
+
 def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict | None:
     """The run record (written to ``out_dir/record.json``). Inside a torchrun worker every rank trains
     and evaluates its share; rank 0 writes the record and the other ranks return None."""
@@ -96,6 +136,8 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
         return None
     y_train = task.split("train")["label"].to_numpy()  # a metric scaled by the training labels takes them all
     metrics = {s: evaluate(task.spec.metrics, splits[s]["label"].to_numpy(), predictions[s], y_train) for s in SPLITS}
+    trivial = trivial_baselines(task, splits, model.info, y_train) if model.input_kind != "labels" else {}
+    warn_if_trivial_wins(cfg.model.name, task.spec.metric, metrics, trivial)
     record = {
         "record_version": RECORD_VERSION,
         "dataset": cfg.dataset.name, "task": task.spec.name, "task_spec_hash": task.spec.spec_hash,
@@ -103,6 +145,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
         "task_type": task.spec.task_type, "metric": task.spec.metric,
         "model": cfg.model.name, "inputs": inputs, "seed": int(cfg.seed),
         "metrics": metrics,
+        "trivial": trivial,  # the floor: each trivial baseline's metrics on the same seeds
         "num_seeds": {s: int(len(splits[s])) for s in SPLITS},
         "num_seeds_available": {s: int((task.frame["split"] == s).sum()) for s in SPLITS},
         "fit_seconds": fit_seconds, "wall_seconds": time.perf_counter() - start,

@@ -28,7 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TASKS = ["synthetic-taste", "synthetic-leak", "synthetic-purchase-count",
          "nycflights13-late-arrival", "nycflights13-arrival-delay", "nycflights13-plane-flights",
          "lahman-hall-of-fame", "lahman-plays-next-season", "lahman-salary", "lahman-team-wins"]
-CELLS = ["gbdt:single_table", "gbdt:dfs", "sage:r2n", "mlp:single_table", "mlp:dfs", "rgcn:r2n", "gat:r2n",
+# the floor (no training, instant): constants from the training labels, and each entity's own past labels
+TRIVIAL_CELLS = ["zero:labels", "mean:labels", "median:labels", "prior:labels", "entity_mean:labels",
+                 "entity_median:labels"]
+CELLS = [*TRIVIAL_CELLS, "gbdt:single_table", "gbdt:dfs", "sage:r2n", "mlp:single_table", "mlp:dfs", "rgcn:r2n", "gat:r2n",
          "deepfm:single_table", "deepfm:dfs", "fttransformer:single_table", "fttransformer:dfs", "sage:r2ne",
          "rgcn:r2ne", "hgt:r2n", "pna:r2n", "gat:r2ne", "hgt:r2ne", "pna:r2ne",
          # the field's models of today: LightGBM, a relational graph transformer, MuseGNN
@@ -53,6 +56,14 @@ CELL_TIMEOUT_S = 1200  # per cell (its missing seeds); --timeout raises it for t
 def experiment_task(experiment: str) -> tuple[str, str]:
     dataset, task = experiment.split("-", 1)
     return dataset, task
+
+
+@functools.cache
+def does_task_type(model: str, experiment: str) -> bool:
+    from fourdb.models import MODELS
+    from fourdb.tasks import find_task
+
+    return find_task(*experiment_task(experiment)).task_type in MODELS.get(model).task_types
 
 
 def has_link_tables(dataset: str) -> bool:
@@ -85,6 +96,8 @@ def skip_reason(experiment: str, cell: str, link: dict) -> str | None:
     if cell.endswith("r2ne") and not link[experiment_task(experiment)[0]] and \
             cell.replace("r2ne", "r2n") in cells_of(experiment):
         return "-"
+    if cell in TRIVIAL_CELLS and not does_task_type(cell_inputs(cell)[0], experiment):
+        return "-"
     if cell == "fttransformer:dfs" and (n := dfs_columns(experiment)) > MAX_TOKENS:
         return f"skipped: {n} DFS columns as tokens (> {MAX_TOKENS})"
     return None
@@ -100,9 +113,9 @@ def cells_of(experiment: str) -> list[str]:
 
 
 def overrides(cell: str) -> list[str]:
-    """The cell's command-line choices (the history baselines read no feature set)."""
+    """The cell's command-line choices (the history and trivial baselines read no feature set)."""
     model, inputs = cell_inputs(cell)
-    return [f"model={model}", *(f"{k}={v}" for k, v in inputs.items() if v != "history")]
+    return [f"model={model}", *(f"{k}={v}" for k, v in inputs.items() if v not in ("history", "labels"))]
 
 
 def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
@@ -181,9 +194,10 @@ def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
              "tokens (DFS on nycflights13's flights and on lahman) needs more memory and time than 2 CPU cores "
              "and 24 GB have. `not run`: the pass that made these boards ended (its time on this machine was up) "
              "before the cell's turn; `produce.py` runs exactly the missing cells. Other marks say why a cell has "
-             "fewer than 3 seeds. On recommendation tasks `history` is the link history alone (popularity, "
+             "fewer than 3 seeds. `labels` is the task's training labels alone: the trivial baselines (`-` where one does "
+             "not do the task's type). On recommendation tasks `history` is the link history alone (popularity, "
              "repeat), a tabular model ranks (source, candidate) pairs, a GNN is the two-tower model with "
-             "its convolution, and idgnn the identity-aware GNN (with sage's convolution)."]
+             "its convolution, idgnn the identity-aware GNN and contextgnn ContextGNN (both with sage's convolution)."]
     for family, cells in (("classification and regression", CELLS), ("recommendation", REC_CELLS)):
         lines += ["", f"## {family}", "", "| task | " + " | ".join(cells) + " |", "|---|" + "---|" * len(cells)]
         lines += [matrix_row(e, cells, budget, link, status) for e in experiments if cells_of(e) is cells]

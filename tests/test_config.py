@@ -103,8 +103,8 @@ def test_gbdt_runs_with_the_max_features_its_yaml_gives():
 
 @pytest.mark.parametrize("name", sorted(MODEL_YAMLS))
 def test_every_parameter_a_model_yaml_gives_is_accepted(name):
-    info = {"recommendation": TaskInfo("recommendation", 0, "map")}.get(MODELS.get(name).task_types[0],
-                                                                       TaskInfo("binary", 2, "auroc"))
+    info = {"recommendation": TaskInfo("recommendation", 0, "map"), "regression": TaskInfo("regression", 0, "mae")}.get(
+        MODELS.get(name).task_types[0], TaskInfo("binary", 2, "auroc"))
     assert create_model(name, info, seed=0, **MODEL_YAMLS[name]["params"]).params.items() >= \
         MODEL_YAMLS[name]["params"].items()
     if MODELS.get(name).ranked_by() is not None:  # wrapped for a recommendation task, it takes them too

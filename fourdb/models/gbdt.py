@@ -7,6 +7,7 @@ import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
 from fourdb.models.base import Model, TaskInfo, register_model
+from fourdb.tasks.types import regression_objective
 
 _BLOCK_ROWS = 1 << 16  # rows predicted at once
 
@@ -52,6 +53,9 @@ class GBDT(Model):
                       max_features=p["max_features"], early_stopping=True, n_iter_no_change=p["patience"],
                       random_state=self.seed,
                       categorical_features=np.array(categorical, dtype=bool) if categorical else None)
+        if self.info.task_type.is_regression:
+            objective = regression_objective(trainer_cfg.objective if trainer_cfg is not None else None, self.info.metric)
+            common["loss"] = "absolute_error" if objective == "l1" else "squared_error"
         cls = HistGradientBoostingRegressor if self.info.task_type.is_regression else HistGradientBoostingClassifier
         self.model = cls(**common).fit(x_train, data.labels["train"], X_val=x_val, y_val=data.labels["val"])
         return self

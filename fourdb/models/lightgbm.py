@@ -11,17 +11,19 @@ import torch
 from fourdb.contracts import Report
 from fourdb.models.base import Model, TaskInfo, register_model
 from fourdb.models.gbdt import predict_in_blocks, tree_matrix
-from fourdb.tasks.types import TaskType
+from fourdb.tasks.types import TaskType, regression_objective
 
 # the task's metric as LightGBM computes it (it knows each one's direction)
 _SAME_METRIC = {"auroc": "auc", "roc_auc": "auc", "average_precision": "average_precision"}
 
 
-def objective_and_metric(task_type: TaskType, metric: str) -> tuple[str, str]:
+def objective_and_metric(task_type: TaskType, metric: str, objective: str | None = None) -> tuple[str, str]:
     """LightGBM's objective and the validation metric early stopping follows: the task's metric where LightGBM
-    has it (an MAE task also trains on L1, as RelBench's LightGBM baseline does), else the objective's loss."""
+    has it (unset, an MAE task also trains on L1, as RelBench's LightGBM baseline does; the run's
+    ``objective`` says otherwise), else the objective's loss."""
     if task_type.is_regression:
-        return ("regression_l1", "l1") if metric in ("mae", "nmae") else ("regression", "l2")  # l2 ranks as r2, rmse
+        l1 = regression_objective(objective or "metric", metric) == "l1"
+        return ("regression_l1", "l1") if l1 else ("regression", "l2")  # l2 ranks as r2, rmse
     family = "multi" if task_type.per_class else "binary"
     named = {**_SAME_METRIC, "accuracy": f"{family}_error"}
     return ("multiclass" if task_type.per_class else "binary"), named.get(metric, f"{family}_logloss")
@@ -47,7 +49,8 @@ class LightGBM(Model):
 
     def fit(self, data, trainer_cfg=None) -> "LightGBM":
         p, train = self.params, data.features["train"]
-        objective, self.metric = objective_and_metric(self.info.task_type, self.info.metric)
+        objective, self.metric = objective_and_metric(self.info.task_type, self.info.metric,
+                                                      trainer_cfg.objective if trainer_cfg is not None else None)
         settings = {
             "objective": objective, "metric": self.metric, "learning_rate": p["learning_rate"],
             "num_leaves": p["num_leaves"], "min_data_in_leaf": p["min_data_in_leaf"],

@@ -99,8 +99,9 @@ class TaskType(str, Enum):
         y = np.asarray(y, float)
         return float(y.mean()), float(y.std() or 1.0)
 
-    def loss(self, out, y, scale: tuple[float, float] = (0.0, 1.0)):
-        """The training loss of a batch's outputs against its labels."""
+    def loss(self, out, y, scale: tuple[float, float] = (0.0, 1.0), objective: str = "mse"):
+        """The training loss of a batch's outputs against its labels (``objective``: regression's, ``mse`` or
+        ``l1``, from ``regression_objective``)."""
         import torch
         import torch.nn.functional as F
 
@@ -118,7 +119,8 @@ class TaskType(str, Enum):
         if self is TaskType.MULTICLASS:
             return F.cross_entropy(out, y.long())
         mean, std = scale
-        return F.mse_loss(out.view(-1), (y.float() - mean) / std)
+        fn = F.l1_loss if objective == "l1" else F.mse_loss
+        return fn(out.view(-1), (y.float() - mean) / std)
 
     def scores(self, out, scale: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
         """A network's outputs as predictions: P(1), class probabilities, values, or ranked destination rows."""
@@ -162,3 +164,16 @@ def task_type(name, where: str) -> TaskType:
         return TaskType(name)
     except ValueError:
         raise TaskError(f"{where}: task_type must be one of {TASK_TYPES}, got '{name}'") from None
+
+
+OBJECTIVES = ("mse", "l1", "metric")  # conf/objective/
+L1_METRICS = ("mae", "nmae")  # scored by absolute error: the median minimizes them
+
+
+def regression_objective(objective: str | None, metric: str) -> str:
+    """The loss a regression model trains on: ``mse`` (unset), ``l1``, or ``metric``: the one ``metric`` scores."""
+    if objective in (None, "mse"):
+        return "mse"
+    if objective == "metric":
+        return "l1" if metric in L1_METRICS else "mse"
+    return "l1"

@@ -27,7 +27,7 @@ from fourdb.engine import ddp
 from fourdb.engine.timing import to_device
 from fourdb.train import checkpoint
 from fourdb.metrics import compute, higher_is_better
-from fourdb.tasks.types import TaskType
+from fourdb.tasks.types import TaskType, regression_objective
 from fourdb.utils import progress as progress_bar, resolve_device
 
 log = logging.getLogger("fourdb")
@@ -51,7 +51,8 @@ class TrainerConfig:
     max_restarts: int = 0
     checkpoint_dir: str | None = None  # set by the runner: the run's output folder
     checkpoint_key: str | None = None  # set by the runner: a hash of the run's config
-    SET_BY_RUNNER = ("checkpoint_dir", "checkpoint_key")  # not settings of the trainer group
+    objective: str | None = None  # set by the runner from the objective group: regression's loss
+    SET_BY_RUNNER = ("checkpoint_dir", "checkpoint_key", "objective")  # not settings of the trainer group
 
     def trainer(self, info, seed: int = 0) -> "Trainer":
         """The trainer that fits a model of task ``info`` (``fourdb.models.TaskInfo``) with this config."""
@@ -69,7 +70,7 @@ class Trainer:
         self.history: list[dict] = []
 
     def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.task_type.loss(out, y, (self.y_mean, self.y_std))
+        return self.task_type.loss(out, y, (self.y_mean, self.y_std), regression_objective(self.cfg.objective, self.metric))
 
     def _scores(self, out: torch.Tensor) -> np.ndarray:
         return self.task_type.scores(out, (self.y_mean, self.y_std))
