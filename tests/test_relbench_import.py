@@ -332,3 +332,48 @@ def test_malformed_manifest_is_one_line(tmp_path, case):
         import_database(src, tmp_path / "out")
     assert message in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+# -- a RelBench dataset by name: fetched with RelBench's own loader ------------------------------------------
+
+def test_a_dataset_fetched_by_relbenchs_loader_imports_as_its_folder_does(imported, tmp_path):
+    """``relbench:<spec>`` goes through ``relbench.load_dataset`` (a name, a Hub path or, as here, offline, a
+    local folder) and its task list; the result equals importing the folder itself, from any directory."""
+    import subprocess
+    import sys
+
+    src, direct, _, db = imported
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    p = subprocess.run([sys.executable, "-m", "fourdb.cli", "import", f"relbench:{src}", "--out", str(tmp_path / "db")],
+                       cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    fetched = Database.load(tmp_path / "db")
+    assert fetched.schema.name == "rel-shop"
+    assert sorted(t.name for t in fetched.schema.tables) == sorted(t.name for t in db.schema.tables)
+    for t in db.schema.tables:
+        pd.testing.assert_frame_equal(fetched.tables[t.name], db.tables[t.name])
+    assert sorted(f.name for f in (tmp_path / "db" / "tasks").iterdir()) == sorted(f.name for f in (direct / "tasks").iterdir())
+    assert not list(tmp_path.glob(".relbench-*"))  # the staging folder is gone
+
+
+def test_a_relbench_name_without_a_network_is_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import socket
+
+    try:  # where the Hub is reachable, only the client's own offline mode can stand for no network
+        socket.create_connection(("huggingface.co", 443), timeout=3).close()
+        modes = ("1",)
+    except OSError:
+        modes = ("1", "0")
+    for offline in modes:  # the Hub client told it is offline, or finding out
+        p = subprocess.run([sys.executable, "-m", "fourdb.cli", "import", "rel-f1", "--out", str(tmp_path / "f1")],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "HF_HUB_OFFLINE": offline})
+        out = (p.stdout + p.stderr).strip()
+        assert p.returncode == 2 and out.count("\n") == 0, out
+        assert out.startswith("error: rel-f1: not a local file or folder, and RelBench's loader could not fetch it"), out
+        assert not (tmp_path / "f1").exists() and not list(tmp_path.glob(".relbench-*"))

@@ -15,6 +15,9 @@
 * a RelBench 3 folder (``manifest.yaml``, ``db/<table>.parquet``, ``tasks/<task>/manifest.yaml``): keys and
   time columns from the manifest; forecast tasks keep their SQL and RelBench's cutoffs, autocomplete tasks
   become fourdb's, and external tasks' shipped labels are converted as below (see ``relbench3``).
+* a RelBench dataset by name or Hub path (``rel-f1``, ``org/repo/subdir``; or ``relbench:<spec>``, where the spec
+  may also be a local folder): fetched with RelBench's own loader (``relbench.load_dataset``), with the
+  tasks hosted apart from it, then imported as a RelBench 3 folder; without a network, one line says so.
 * a folder in the older RelBench layout (``db/<table>.parquet``, keys and time column in each file's parquet
   metadata), with its node tasks (``tasks/<task>/{train,val,test}.parquet``) converted the same way.
 
@@ -37,6 +40,7 @@ Everything is written to a temporary folder beside ``out``, loaded back through 
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -52,6 +56,10 @@ from fourdb.rdb.sandbox import refuse_links_out
 from fourdb.utils import atomic_output, atomic_write_text, yaml_text
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+# what is fetched with RelBench's own loader: ``relbench:<anything it accepts>``, or a name that is not a local
+# path and reads as a RelBench dataset name or Hub path (rel-f1, org/repo, org/repo/subdir)
+RELBENCH_PREFIX = "relbench:"
+RELBENCH_NAME = re.compile(r"rel-[a-z0-9-]+|[A-Za-z0-9][\w.-]*/[\w.-]+(/[\w.-]+)*")
 
 __all__ = ["IMPORTERS", "Format", "ImportReport", "SourceTable", "assemble", "import_database", "infer_dtype",
            "infer_foreign_keys", "infer_primary_key"]
@@ -66,11 +74,22 @@ def import_database(path: str | Path, out: str | Path, name: str | None = None,
     where otherwise they are errors. A folder's files, and the files it names, must lie inside it unless
     ``allow_outside_paths`` (the user's own opt-in).
     """
+    spec = str(path)
     path, out = Path(path), Path(out)
-    if not path.exists():
-        raise DatabaseImportError(f"{path}: no such file or folder")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DatabaseImportError(f"{out}: already exists and is not an empty folder; choose another --out")
+    hub = spec[len(RELBENCH_PREFIX):] if spec.startswith(RELBENCH_PREFIX) else None
+    if hub is None and not path.exists():
+        if not RELBENCH_NAME.fullmatch(spec):
+            raise DatabaseImportError(f"{path}: no such file or folder")
+        hub = spec  # a RelBench dataset by name (rel-f1) or Hub path (org/repo/subdir)
+    if hub is not None:
+        from fourdb.importers.relbench3 import fetch
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".relbench-", dir=out.parent) as staging:
+            return import_database(fetch(hub, Path(staging)), out, name or Path(hub.rstrip("/")).name, lenient,
+                                   allow_outside_paths)
     offered = sorted(((kind, f) for kind, f in IMPORTERS.items() if f.folder == path.is_dir()),
                      key=lambda entry: (entry[1].order, entry[0]))
     kind, fmt = next(((kind, f) for kind, f in offered if f.detect(path)), (None, None))

@@ -423,3 +423,43 @@ KINDS = {
 # before the older layout (order 20), which also has a db/ folder
 IMPORTERS.register("relbench3", Format("RelBench 3", folder=True, order=15, detect=_detect, read=_read_relbench3,
                                        lacks="no manifest.yaml beside a db/ folder"))
+
+
+def fetch(spec: str, staging: Path) -> Path:
+    """RelBench dataset ``spec`` (a name such as ``rel-f1``, a Hub path ``org/repo[/subdir]``, or a local
+    folder: whatever ``relbench.load_dataset`` accepts) fetched with RelBench's own loader, laid out in
+    ``staging`` as a plain RelBench folder: its manifest, its tables and every task listed for it, those
+    hosted apart from it included. Files are hard-linked or copied, never symlinked (the Hub's cache is
+    made of links, which an imported folder may not hold)."""
+    import os
+    import shutil
+
+    import relbench
+
+    try:
+        ds = relbench.load_dataset(spec)
+        tasks = {name: ds._resolve_task_dir(name) for name in ds.get_task_names()}  # relbench 3.0.2 (pinned)
+    except Exception as e:  # the Hub client's errors have no common type besides these
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        offline = any(w in str(e) for w in ("internet connection", "Name or service not known", "offline",
+                                            "ConnectError", "Connection"))
+        why = "no network reaches the Hugging Face Hub" if offline else first
+        raise DatabaseImportError(f"{spec}: not a local file or folder, and RelBench's loader could not fetch it: "
+                                  f"{why}") from None
+
+    def place(src: Path, dst: Path) -> None:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        real = Path(os.path.realpath(src))
+        try:
+            os.link(real, dst)
+        except OSError:  # another file system
+            shutil.copyfile(real, dst)
+
+    place(ds.dataset_dir / MANIFEST, staging / MANIFEST)
+    for f in sorted((ds.dataset_dir / "db").glob("*.parquet")):
+        place(f, staging / "db" / f.name)
+    for name, folder in tasks.items():
+        for f in sorted(Path(folder).iterdir()):
+            if f.is_file():
+                place(f, staging / "tasks" / name / f.name)
+    return staging
