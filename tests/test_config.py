@@ -81,7 +81,7 @@ def test_every_model_default_is_stated_once():
 def test_every_feature_set_default_is_stated_once():
     """A feature set's settings (conf/features/<name>.yaml) have no default in the code that takes them:
     every function taking one says None (\"not given\") and takes the YAML's, so code and CLI compute alike."""
-    from fourdb.features.dfs import cached_dfs, check_config, compute_dfs, dfs_features
+    from fourdb.features.dfs import cached_dfs, check_config, check_where, compute_dfs, dfs_features
     from fourdb.describe import column_report
 
     for path in sorted((CONF / "features").glob("*.yaml")):
@@ -92,6 +92,7 @@ def test_every_feature_set_default_is_stated_once():
                 assert param is None or param.default is None, f"{fn.__name__} states a default for {key}"
     dfs = own_settings("features", "dfs")
     assert check_config(None, None) == (dfs["depth"], tuple(dfs["primitives"]))
+    assert check_where(None).__dict__ == {**dfs["where"], "primitives": tuple(dfs["where"]["primitives"])}
 
 
 def test_gbdt_runs_with_the_max_features_its_yaml_gives():

@@ -130,8 +130,9 @@ def _missing(v) -> bool:
 
 
 def reference(db: Database, table: str, row: pd.Series | None, cutoff, depth: int, back_fk=None,
-              hidden=None) -> dict:
-    """Features of one row at one cutoff by looping over rows in pandas: the definition, spelled out."""
+              hidden=None, where=None) -> dict:
+    """Features of one row at one cutoff by looping over rows in pandas: the definition, spelled out.
+    ``where``: (settings, each table's conditions) for the conditional aggregates of this row's children."""
     t = db.schema.table(table)
     out = {}
     if hidden is None:
@@ -149,7 +150,7 @@ def reference(db: Database, table: str, row: pd.Series | None, cutoff, depth: in
             vis = _visible(db, fk.link_table, cutoff)
             hit = vis[vis[fk.link_column] == row[fk.name]]
             parent = hit.iloc[0] if len(hit) else None
-        sub = reference(db, fk.link_table, parent, cutoff, depth - 1)
+        sub = reference(db, fk.link_table, parent, cutoff, depth - 1, where=where)
         # no parent (null key, or not there yet at the cutoff): every looked-up feature is missing
         out.update({f"{label}.{k}": None if parent is None else v for k, v in sub.items()})
     for child in db.schema.tables:
@@ -193,6 +194,24 @@ def reference(db: Database, table: str, row: pd.Series | None, cutoff, depth: in
                 days = lambda ts: (cutoff - ts) / pd.Timedelta(days=1)  # noqa: E731
                 out[f"TIME_SINCE_LAST({label}.{child.time_column})"] = days(times.max()) if len(times) else None
                 out[f"TIME_SINCE_FIRST({label}.{child.time_column})"] = days(times.min()) if len(times) else None
+            for cond in (where[1].get(child.name, []) if where else []):
+                if cond.column == fk.name:
+                    continue
+                met = rows[rows[cond.column].isin([cond.value]).to_numpy(dtype=bool)]
+                tail = f" WHERE {cond.column} = {cond.shown})"
+                if "count" in where[0].primitives:
+                    out[f"COUNT({label}{tail}"] = len(met)
+                for c in child.columns:
+                    if c.dtype != "numeric":
+                        continue
+                    x = met[c.name].dropna().to_numpy(float)
+                    last = met[c.name].iloc[-1] if len(met) else None
+                    got = {"sum": float(x.sum()), "mean": x.mean() if len(x) else None,
+                           "min": x.min() if len(x) else None, "max": x.max() if len(x) else None,
+                           "std": x.std(ddof=1) if len(x) > 1 else None, "last": None if _missing(last) else last}
+                    for p in where[0].primitives:
+                        if p != "count":
+                            out[f"{p.upper()}({label}.{c.name}{tail}"] = got[p]
     return out
 
 
@@ -201,12 +220,16 @@ def _kinds(db, table, depth, back_fk) -> dict:
     return {f.name: f.dtype for f in plan.features}
 
 
-def assert_matches_reference(db, table, seeds, depth, hidden=()):
-    got = D.compute_dfs(db, table, seeds, depth=depth, hidden=hidden, progress=False)
+def assert_matches_reference(db, table, seeds, depth, hidden=(), where=None):
+    got = D.compute_dfs(db, table, seeds, depth=depth, hidden=hidden, progress=False, where=where)
+    config = D.check_where(where)
+    # the values the plan picks (from the rows every seed sees); test_interesting_values_* checks the pick
+    known_by = pd.Timestamp(seeds["cutoff"].min())
+    conds = (config, D.interesting_values(db, config, known_by, {table: frozenset(hidden)})) if config else None
     rows = db.tables[table]
     checked = 0
     for i, (node, cutoff) in enumerate(zip(seeds["node"], seeds["cutoff"])):
-        ref = reference(db, table, rows.iloc[node], pd.Timestamp(cutoff), depth, hidden=set(hidden))
+        ref = reference(db, table, rows.iloc[node], pd.Timestamp(cutoff), depth, hidden=set(hidden), where=conds)
         assert set(ref) == set(got.columns), set(ref) ^ set(got.columns)
         for name, want in ref.items():
             have = got[name].iloc[i]
@@ -316,9 +339,12 @@ def test_running_aggregates_read_values_as_the_sql_path_does(monkeypatch):
     monkeypatch.setattr(compile_module._Compiler, "parents_of",
                         lambda self, table, fk: parents.append((table, fk)) or parents_of(self, table, fk))
     running = D.compute_dfs(db, "users", seeds, depth=2, progress=False)
-    assert gathered == ["visits"] and set(parents) == {("visits", "user_id")}
+    # once for the plain aggregate, once per conditional one (its rows of one value)
+    assert set(gathered) == {"visits"} and set(parents) == {("visits", "user_id")}
+    assert "MEAN(visits.score WHERE kind = a)" in running and "COUNT(visits WHERE city_id = 10)" in running
+    gathered.clear()
     by_city = D.compute_dfs(db, "cities", city_seeds, depth=1, progress=False)
-    assert sorted(gathered[1:]) == ["tags", "visits"]
+    assert set(gathered) == {"tags", "visits"}
     monkeypatch.setattr(compile_module._Compiler, "runs", lambda self, ag: False)
     joined = D.compute_dfs(db, "users", seeds, depth=2, progress=False)
     assert "MODE(visits.cities.region)" in running and "MEAN(visits.cities.coastal)" in running
@@ -423,3 +449,185 @@ def test_dfs_is_cached_and_encoded_for_gbdt(synthetic_db, monkeypatch):
     assert abs(tr.mean()) < 1e-4 and abs(tr.std() - 1) < 1e-3  # standardized with train statistics
     with pytest.raises(FourdbError, match="no parameter 'dept'"):
         build_table_features("dfs", synthetic_db, task, splits, dept=2)
+
+
+# ------------------------------------------------------------------ conditional aggregates ("where")
+LAB_TESTS = ["HDL", "LDL", "glucose", "HbA1c", "creatinine", "ferritin"]
+LAB_CUTOFF = T0 + pd.Timedelta(days=60)
+WHERE = {"values": 5, "min_share": 0.05, "lookup_rows": 10, "primitives": ["count", "mean", "last"],
+         "max_features": 100}
+ODD = ["x' OR 1=1 --", 'say "hi"', "two\nlines"]  # category values that must stay data
+
+
+def lab_tables(future: bool = False) -> dict[str, pd.DataFrame]:
+    """patients -< labs >- tests: a long table of results; a six-row lookup of tests, ferritin rare (under
+    min_share); a flag column of awkward text; a glucose result at the cutoff and one a nanosecond later."""
+    rng = np.random.default_rng(11)
+    n = 600
+    patients = pd.DataFrame({"patient_id": np.arange(30), "enrolled_at": [T0] * 30,
+                             "sex": rng.choice(["f", "m"], 30).astype(object)})
+    tests = pd.DataFrame({"test_id": np.arange(1, 7), "name": LAB_TESTS, "unit": ["mg/dL"] * 6})
+    labs = pd.DataFrame({
+        "lab_id": np.arange(n),
+        "patient": rng.integers(0, 30, n),
+        "test": rng.choice([1, 2, 3, 4, 5, 6], n, p=[0.25, 0.2, 0.25, 0.14, 0.14, 0.02]),
+        "taken_at": T0 + pd.to_timedelta(rng.integers(0, 90 * 24 * 3600, n), unit="s"),
+        "value": rng.normal(100, 30, n).round(1),
+        "flag": rng.choice(ODD, n).astype(object),
+    })
+    at = len(labs)
+    labs.loc[at] = [at, 0, 3, LAB_CUTOFF, 77.0, ODD[0]]  # patient 0's glucose exactly at the cutoff: seen
+    labs.loc[at + 1] = [at + 1, 0, 3, LAB_CUTOFF + pd.Timedelta(1, "ns"), 999.0, ODD[0]]  # a nanosecond later: not
+    if future:  # after every cutoff: results of the interesting values, and a flood of a new flag value
+        late = T0 + pd.Timedelta(days=200)
+        extra = pd.DataFrame({"lab_id": np.arange(n + 2, n + 2 + 400), "patient": np.arange(400) % 30,
+                              "test": np.where(np.arange(400) % 2, 1, 3),
+                              "taken_at": late + pd.to_timedelta(np.arange(400), unit="s"),
+                              "value": 1e6, "flag": "leak"})
+        labs = pd.concat([labs, extra], ignore_index=True)
+    return {"patients": patients, "tests": tests, "labs": labs}
+
+
+LAB_SCHEMA = Schema("clinic", [
+    Table("patients", "patients.parquet", [Column("patient_id", "primary_key"), Column("enrolled_at", "datetime"),
+                                           Column("sex", "category")], time_column="enrolled_at"),
+    Table("tests", "tests.parquet", [Column("test_id", "primary_key"), Column("name", "category"),
+                                     Column("unit", "category")]),
+    Table("labs", "labs.parquet", [
+        Column("lab_id", "primary_key"), Column("patient", "foreign_key", "patients.patient_id"),
+        Column("test", "foreign_key", "tests.test_id"), Column("taken_at", "datetime"), Column("value", "numeric"),
+        Column("flag", "category")], time_column="taken_at"),
+])
+
+
+@pytest.fixture(scope="module")
+def clinic(tmp_path_factory):
+    return Database.load(write_database(tmp_path_factory.mktemp("clinic"), LAB_SCHEMA, lab_tables()))
+
+
+def patient_seeds(cutoff=LAB_CUTOFF) -> pd.DataFrame:
+    return pd.DataFrame({"node": np.arange(30), "cutoff": [cutoff] * 30})
+
+
+def test_mean_hdl_and_last_glucose_per_patient(clinic):
+    """The test column is a key into a six-row lookup: DFS drops it as a column, and now conditions on it,
+    shown by the lookup's name column; values are as of the cutoff, to the nanosecond."""
+    got = D.compute_dfs(clinic, "patients", patient_seeds(), depth=1, where=WHERE, progress=False)
+    labs = clinic.tables["labs"]
+    seen = labs[labs["taken_at"] <= LAB_CUTOFF]
+    for p in range(30):
+        mine = seen[seen["patient"] == p].sort_values("taken_at", kind="stable")
+        hdl, glucose = mine[mine["test"] == 1], mine[mine["test"] == 3]
+        assert got["COUNT(labs WHERE test = HDL)"].iloc[p] == len(hdl)
+        assert np.isclose(got["MEAN(labs.value WHERE test = HDL)"].iloc[p], hdl["value"].mean(), rtol=1e-5,
+                          equal_nan=True)
+        last = glucose["value"].iloc[-1] if len(glucose) else np.nan
+        assert np.isclose(got["LAST(labs.value WHERE test = glucose)"].iloc[p], last, equal_nan=True)
+    assert got["LAST(labs.value WHERE test = glucose)"].iloc[0] == 77.0  # at the cutoff; the 999 is 1 ns later
+    later = D.compute_dfs(clinic, "patients", patient_seeds(LAB_CUTOFF + pd.Timedelta(1, "ns")), depth=1,
+                          where=WHERE, progress=False, fit_until=LAB_CUTOFF)
+    assert later["LAST(labs.value WHERE test = glucose)"].iloc[0] == 999.0
+    # ferritin holds 2% of the rows (under min_share): no condition; the five others each have theirs
+    names = [c for c in got.columns if "WHERE test = " in c]
+    assert {n.split(" = ")[1][:-1] for n in names} == set(LAB_TESTS[:5]) and len(names) == 15
+    assert "COUNT(labs WHERE patient = 0)" not in got  # patients is no lookup (30 rows > lookup_rows)
+
+
+def test_conditional_aggregates_are_bounded(clinic):
+    plan = D.seed_plan(clinic, "patients", 2, D.PRIMITIVES, D.check_where(WHERE), LAB_CUTOFF)
+    names = [f.name for f in plan.features]
+    where = [n for n in names if " WHERE " in n]
+    assert len(where) == 15 + 9 and len(names) == len(set(names))  # test: 5 values x 3; flag: 3 values x 3
+    assert all(n.count("(") == 1 for n in where)  # never an aggregate of conditional aggregates, at any depth
+    capped = D.seed_plan(clinic, "patients", 2, D.PRIMITIVES, D.check_where({**WHERE, "max_features": 8}), LAB_CUTOFF)
+    where = [f.name for f in capped.features if " WHERE " in f.name]
+    assert len(where) == 8 and all(n.startswith("COUNT(") for n in where)  # dealt out: a count per value first
+    # at most `values` per column, the most frequent first
+    two = D.interesting_values(clinic, D.check_where({**WHERE, "values": 2}), LAB_CUTOFF)["labs"]
+    assert [(c.column, c.value) for c in two] == [("test", v) for v in _top(clinic, "test", 2)] + \
+        [("flag", v) for v in _top(clinic, "flag", 2)]
+    assert D.seed_plan(clinic, "patients", 1, D.PRIMITIVES, D.check_where({**WHERE, "values": 0}), LAB_CUTOFF) \
+        .features == D.seed_plan(clinic, "patients", 1, D.PRIMITIVES, None, LAB_CUTOFF).features
+
+
+def _top(db, column, k):
+    counts = db.tables["labs"].loc[lambda d: d["taken_at"] <= LAB_CUTOFF, column].value_counts()
+    return sorted(counts.index, key=lambda v: (-counts[v], str(v)))[:k]
+
+
+def test_values_with_quotes_stay_data(clinic, monkeypatch):
+    """A category value is compared in pandas and marked as a boolean column for SQL, never spliced into a
+    query: quotes, SQL and newlines are plain values on both paths, and names escape a line break."""
+    from fourdb.features.dfs import compile as compile_module
+
+    running = D.compute_dfs(clinic, "patients", patient_seeds(), depth=1, where=WHERE, progress=False)
+    labs = clinic.tables["labs"]
+    seen = labs[labs["taken_at"] <= LAB_CUTOFF]
+    for v in ODD:
+        name = f"COUNT(labs WHERE flag = {D.plan._shown(v)})"
+        assert name in running and "\n" not in name
+        want = seen[seen["flag"] == v].groupby("patient").size().reindex(range(30), fill_value=0)
+        assert running[name].tolist() == want.tolist(), v
+    assert "COUNT(labs WHERE flag = \"two\\nlines\")" in running
+    monkeypatch.setattr(compile_module._Compiler, "runs", lambda self, ag: False)  # every aggregate through SQL
+    joined = D.compute_dfs(clinic, "patients", patient_seeds(), depth=1, where=WHERE, progress=False)
+    pd.testing.assert_frame_equal(_as_objects(running), _as_objects(joined), rtol=1e-5)
+
+
+def test_conditional_aggregates_see_no_future(clinic, tmp_path):
+    """Planted results after every cutoff, of the interesting values (and a flood of a new flag value)
+    change no feature, on either path, and pick no value."""
+    leaky = Database.load(write_database(tmp_path / "leaky", LAB_SCHEMA, lab_tables(future=True)))
+    for seeds in (patient_seeds(), patient_seeds(T0 + pd.Timedelta(days=30))):
+        clean = D.compute_dfs(clinic, "patients", seeds, depth=2, where=WHERE, progress=False, fit_until=LAB_CUTOFF)
+        dirty = D.compute_dfs(leaky, "patients", seeds, depth=2, where=WHERE, progress=False, fit_until=LAB_CUTOFF)
+        assert sum(" WHERE " in c for c in clean.columns) == 24
+        pd.testing.assert_frame_equal(clean.astype(object), dirty.astype(object))
+    late = D.compute_dfs(leaky, "patients", patient_seeds(T0 + pd.Timedelta(days=365)), depth=1, where=WHERE,
+                         progress=False, fit_until=LAB_CUTOFF)
+    assert late["MEAN(labs.value WHERE test = HDL)"].max() > 1e5  # they count once the cutoff passes them
+
+
+def test_interesting_values_come_from_rows_known_before_validation(tmp_path):
+    """Chosen from the rows known by fit_until, as the encoders are fitted: a value frequent only later is
+    never a condition; and never from a seed row's hidden columns (a row task's label)."""
+    leaky = Database.load(write_database(tmp_path / "leaky", LAB_SCHEMA, lab_tables(future=True)))
+    config = D.check_where(WHERE)
+    before = D.interesting_values(leaky, config, LAB_CUTOFF)["labs"]
+    assert "leak" not in [c.value for c in before if c.column == "flag"]
+    assert "leak" in [c.value for c in D.interesting_values(leaky, config, None)["labs"]]  # every row: it is
+    got = D.compute_dfs(leaky, "patients", patient_seeds(), depth=1, where=WHERE, progress=False, fit_until=LAB_CUTOFF)
+    assert not [c for c in got.columns if "leak" in c]
+    # the seeds' earliest cutoff bounds them where no fit_until is given
+    assert not [c for c in D.compute_dfs(leaky, "patients", patient_seeds(), depth=1, where=WHERE,
+                                         progress=False).columns if "leak" in c]
+    # a row task on labs with flag hidden: its siblings are aggregated, but never split by flag
+    seeds = pd.DataFrame({"node": np.arange(50), "cutoff": leaky.tables["labs"]["taken_at"].iloc[:50]
+                          - pd.Timedelta(hours=1)})
+    shown = D.compute_dfs(leaky, "labs", seeds, depth=2, where=WHERE, progress=False, fit_until=LAB_CUTOFF)
+    hidden = D.compute_dfs(leaky, "labs", seeds, depth=2, where=WHERE, hidden=("flag",), progress=False,
+                           fit_until=LAB_CUTOFF)
+    assert any("WHERE flag" in c for c in shown.columns) and "patients.MEAN(labs.value WHERE test = HDL)" in shown
+    assert not any("WHERE flag" in c for c in hidden.columns) and "patients.MEAN(labs.value WHERE test = HDL)" in hidden
+
+
+@pytest.mark.parametrize("where,message", [
+    ("yes", "where must be a mapping"),
+    ({**WHERE, "value": 5}, "where has no setting 'value'"),
+    ({k: v for k, v in WHERE.items() if k != "max_features"}, "where.max_features is not given"),
+    ({**WHERE, "values": -1}, "where.values must be an integer >= 0, got -1"),
+    ({**WHERE, "values": 2.5}, "where.values must be an integer"),
+    ({**WHERE, "min_share": 2}, "where.min_share must be a number 0..1, got 2"),
+    ({**WHERE, "max_features": 0}, "where.max_features must be an integer >= 1"),
+    ({**WHERE, "primitives": ["mean", "mode"]}, "where.primitives takes count, sum, mean, min, max, std, last; got 'mode'"),
+    ({**WHERE, "primitives": []}, "where.primitives takes .*; got none"),
+])
+def test_bad_where_config_is_a_clear_error(clinic, where, message):
+    with pytest.raises(FourdbError, match=message):
+        D.compute_dfs(clinic, "patients", patient_seeds(), where=where, progress=False)
+
+
+def test_where_switches_off():
+    assert D.check_where(False) is None and D.check_where({"values": 0}) is None
+    assert D.check_where({**WHERE, "values": 0}) is None
+    assert D.check_where(WHERE).primitives == ("count", "mean", "last")

@@ -38,6 +38,13 @@ of the latest row by time, then row order), ``time_since_last`` and ``time_since
 with a time column. Empty groups give 0 for count, sum and num_unique and missing otherwise. MODE is
 the most frequent non-null value; a tie goes to the value that reached that count first.
 
+Conditional aggregates (``where``, featuretools' "where" features) restrict an aggregate of the seed's
+or a looked-up parent's children to the rows holding one interesting value of a category column, or of
+a foreign key into a small lookup table: ``MEAN(labs.value WHERE test = HDL)``. The values are the most
+frequent among the rows known before validation starts (``plan.interesting_values``); a few per column,
+a few primitives over the child's own numbers, and a cap per plan bound them. They run as any aggregate
+does, over the rows that meet the condition, which pandas marks (a value never becomes SQL text).
+
 The result is cached as parquet under ``cache_root()/dfs``, keyed by a hash of the schema, the data
 files, the task spec, the seeds and the config. ``dfs_features`` (the feature set ``dfs``) adds the seed
 row's own columns and encodes everything for tabular models (``columns.encode_features``).
@@ -47,6 +54,7 @@ aggregates), ``scan`` (ASOF positions and the vectorized prefix scans); this mod
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -62,14 +70,16 @@ from fourdb.columns import EncodedTable, encode_features
 from fourdb.errors import FourdbError
 from fourdb.features.base import FEATURES
 from fourdb.features.dfs.compile import _Compiler
-from fourdb.features.dfs.plan import MAX_DEPTH, PRIMITIVES, _tables_of, _unique, build_plan, check_config
+from fourdb.features.dfs.plan import (MAX_DEPTH, PRIMITIVES, WHERE_PRIMITIVES, _tables_of, _unique, build_plan,
+                                     check_config, check_where, interesting_values, seed_plan)
 from fourdb.features.dfs.scan import _numpy, asof_positions
 from fourdb.features.single_table import seed_row_features
 from fourdb.rdb import Database
 from fourdb.utils import atomic_output, cache_root, progress as progress_bar, stable_hash
 
-__all__ = ["DFS_VERSION", "MAX_DEPTH", "PRIMITIVES", "asof_positions", "build_plan", "cached_dfs", "check_config",
-           "compute_dfs", "data_fingerprint", "dfs_features", "encode_features", "seeds_hash"]
+__all__ = ["DFS_VERSION", "MAX_DEPTH", "PRIMITIVES", "WHERE_PRIMITIVES", "asof_positions", "build_plan", "cached_dfs",
+           "check_config", "check_where", "compute_dfs", "data_fingerprint", "dfs_features", "encode_features",
+           "interesting_values", "seed_plan", "seeds_hash"]
 
 log = logging.getLogger("fourdb")
 
@@ -77,14 +87,20 @@ DFS_VERSION = 1  # bump when the computed values change, so stale caches are not
 
 
 def compute_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int | None = None, primitives=None,
-                hidden=(), progress: bool = True, threads: int | None = None) -> pd.DataFrame:
+                hidden=(), progress: bool = True, threads: int | None = None, where=None,
+                fit_until=None) -> pd.DataFrame:
     """DFS features of each seed row (columns ``node``: row number in ``seed_table``, ``cutoff``).
 
-    Returns one row per seed, in order, one column per feature: float32 for numeric features,
-    strings (object) for category ones.
+    ``where``: the conditional aggregates' settings (see ``check_where``), their interesting values chosen
+    from the rows known by ``fit_until`` (a task's start of validation; not given: the earliest seed
+    cutoff, which every seed may see). Returns one row per seed, in order, one column per feature: float32
+    for numeric features, strings (object) for category ones.
     """
     depth, primitives = check_config(depth, primitives)
-    plan = build_plan(db.schema, seed_table, depth, primitives, seed_hidden=frozenset(hidden))
+    where = check_where(where)
+    if fit_until is None and len(seeds):
+        fit_until = pd.to_datetime(seeds["cutoff"]).min()
+    plan = seed_plan(db, seed_table, depth, primitives, where, fit_until, frozenset(hidden))
     names = _unique([f.name for f in plan.features])
     if not plan.features:
         return pd.DataFrame(index=pd.RangeIndex(len(seeds)))
@@ -158,18 +174,22 @@ def seeds_hash(seeds: pd.DataFrame) -> str:
 
 
 def cached_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int | None = None, primitives=None,
-               hidden=(), task_hash: str = "", progress: bool = True) -> pd.DataFrame:
+               hidden=(), task_hash: str = "", progress: bool = True, where=None, fit_until=None) -> pd.DataFrame:
     """``compute_dfs`` through the parquet cache under ``cache_root()/dfs``."""
     depth, primitives = check_config(depth, primitives)
+    where = check_where(where)
+    args = dict(depth=depth, primitives=primitives, hidden=hidden, progress=progress,
+                where=dataclasses.asdict(where) if where else False, fit_until=fit_until)
     if db.folder is None:  # a database made in memory (a certification cut): nothing to key a cache by cheaply
-        return compute_dfs(db, seed_table, seeds, depth, primitives, hidden, progress)
+        return compute_dfs(db, seed_table, seeds, **args)
     key = stable_hash(DFS_VERSION, db.schema.to_dict(), data_fingerprint(db), task_hash, seed_table,
-                      seeds_hash(seeds), depth, list(primitives), sorted(hidden))
+                      seeds_hash(seeds), depth, list(primitives), sorted(hidden), args["where"],
+                      None if fit_until is None else str(pd.Timestamp(fit_until)))
     path = cache_root() / "dfs" / f"{seed_table}-d{depth}-{key}.parquet"
     if path.exists():
         log.info("dfs: reading cached features %s", path)
         return pd.read_parquet(path)
-    out = compute_dfs(db, seed_table, seeds, depth, primitives, hidden, progress)
+    out = compute_dfs(db, seed_table, seeds, **args)
     with atomic_output(path) as tmp:
         out.to_parquet(tmp, index=False)
     return out
@@ -183,14 +203,16 @@ def _concat(a: EncodedTable, b: EncodedTable) -> EncodedTable:
 
 
 @FEATURES.register("dfs")
-def dfs_features(db: Database, task, splits: dict, depth: int | None = None, primitives=None,
+def dfs_features(db: Database, task, splits: dict, depth: int | None = None, primitives=None, where=None,
         progress: bool = True) -> dict[str, EncodedTable]:
-    """Feature set ``dfs``: the seed row's own (known) columns plus DFS features up to ``depth`` hops."""
+    """Feature set ``dfs``: the seed row's own (known) columns plus DFS features up to ``depth`` hops, and
+    conditional aggregates (``where``) over the values known before validation starts."""
     table = db.schema.table(task.spec.entity_table)
     hidden = tuple(task.hidden_columns)
     names = list(splits)
     seeds = pd.concat([splits[s][["node", "cutoff"]] for s in names], ignore_index=True)
-    feats = cached_dfs(db, table.name, seeds, depth, primitives, hidden, task.spec.spec_hash, progress)
+    feats = cached_dfs(db, table.name, seeds, depth, primitives, hidden, task.spec.spec_hash, progress, where,
+                       task.fit_until)
     bounds = np.cumsum([0] + [len(splits[s]) for s in names])
     frames = {s: feats.iloc[bounds[i]:bounds[i + 1]].reset_index(drop=True) for i, s in enumerate(names)}
     fit_split = "train" if "train" in frames else names[0]

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fourdb.features.dfs.plan import Agg, Lookup, Node, _agg_dtype
+from fourdb.features.dfs.plan import Agg, Condition, Lookup, Node, _agg_dtype
 from fourdb.features.dfs.scan import (NS_PER_DAY, _arrow, _compose, _gather, _numpy, _prefix_scan, _time_order,
                                       asof_positions)
 from fourdb.rdb import Database
@@ -58,6 +58,7 @@ class _Compiler:
         self.key_rows: dict[str, RowLookup] = {}  # table -> row of each primary key value
         self.parents: dict[tuple[str, str], np.ndarray] = {}  # (table, fk) -> each row's parent row (-1: none)
         self.sql_fks: set[tuple[str, str]] = set()  # the foreign keys SQL reads: only their parent ids are made
+        self.sql_where: dict[str, list[Condition]] = {}  # table -> the conditions SQL reads, as columns w0, w1..
         # row ids, time ranks and parent row ids as int32 where every table's rows fit (half the memory)
         self.ids = np.int32 if max([len(db.tables[t]) for t in tables] + [0]) < np.iinfo(np.int32).max else np.int64
         self.relations: dict[tuple[str, str], tuple[str, int]] = {}
@@ -130,6 +131,20 @@ class _Compiler:
         self.sql_fks.add((table.name, name))
         return f"p{table.column_names.index(name)}"
 
+    def where(self, table: Table, cond: Condition) -> str:
+        """The base view's column that says whether a row meets ``cond``: worked out in pandas, so that a
+        value (any text) never becomes SQL."""
+        conds = self.sql_where.setdefault(table.name, [])
+        if cond not in conds:
+            conds.append(cond)
+        return f"w{conds.index(cond)}"
+
+    def meets(self, table: str, cond: Condition | None) -> np.ndarray | None:
+        """Whether each row of ``table`` meets ``cond`` (None: no condition)."""
+        if cond is None:
+            return None
+        return self.db.tables[table][cond.column].isin([cond.value]).to_numpy(dtype=bool)
+
     def register(self) -> None:
         for tname in sorted(self.tables):
             t = self.schema.table(tname)
@@ -168,9 +183,13 @@ class _Compiler:
             parents = [(i, c.name) for i, c in enumerate(t.columns) if (t.name, c.name) in self.sql_fks]
             for i, fk in parents:
                 frame[f"p{i}"] = self.parent_ids(t.name, fk)
+            marks = [f"w{j}" for j in range(len(self.sql_where.get(t.name, ())))]
+            for w, cond in zip(marks, self.sql_where.get(t.name, ())):
+                frame[w] = self.meets(t.name, cond)
             con.register(self.src(t.name), frame)
             con.execute(f"CREATE TEMP VIEW {self.bases[t.name]} AS SELECT "
-                        f"{', '.join(sel + [f's.p{i}' for i, _ in parents])} FROM {self.src(t.name)} s")
+                        f"{', '.join(sel + [f's.p{i}' for i, _ in parents] + [f's.{w}' for w in marks])} "
+                        f"FROM {self.src(t.name)} s")
 
         self.emit(f"table {t.name}", run)
 
@@ -361,21 +380,22 @@ class _Compiler:
             queries = _arrow(con, f"SELECT qid, k, cutoff FROM {q}")
             qk = _numpy(queries, "k", np.int64)
             cutoff = _numpy(queries, "cutoff", "datetime64[ns]").view(np.int64)
-            rows, k, tl = self.child_rows(child, ag.fk, qk, cutoff)
+            rows, k, tl = self.child_rows(child, ag.fk, qk, cutoff, self.meets(child.name, ag.where))
             pos = asof_positions(k, tl.view(np.int64), qk, cutoff)  # NaT, the smallest value: always visible
             out = _prefix_scan(k, tl, self.row_features(ag.node, rows), need, dtypes, pos, ag.outputs, cutoff, real)
             ordered = {f"c{m}": out[f"c{m}"] for m in range(len(out))}  # out is in the order outputs were made
             self.frames[run] = pa.table({"qid": queries.column("qid"), **ordered})
             con.register(run, self.frames[run])
 
-        self.emit(f"running {ag.label} per {ag.fk}", scan, uses={q})
+        self.emit(f"running {ag.label}{_where_desc(ag)} per {ag.fk}", scan, uses={q})
         exprs = [f"r.c{m}" for m in range(len(ag.outputs))]  # every query of q has its row in run
         return (f"SELECT m.qid, m.k, m.cutoff, {{outs}} FROM {q} m LEFT JOIN {run} r ON r.qid = m.qid", exprs, run)
 
-    def child_rows(self, child: Table, fk: str, qk: np.ndarray,
-                   cutoff: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def child_rows(self, child: Table, fk: str, qk: np.ndarray, cutoff: np.ndarray,
+                   meets: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The rows of ``child`` whose parent through ``fk`` is among the query keys ``qk``, up to that
-        parent's latest cutoff (later rows never reach a query), sorted by (parent, time order): their row
+        parent's latest cutoff (later rows never reach a query), and where ``meets`` is given, only the rows
+        it marks (a conditional aggregate), sorted by (parent, time order): their row
         numbers, their parents and their times (NaT: none). A slice of the child at a time, so a large
         child is never copied whole."""
         parents = self.parents_of(child.name, fk)
@@ -390,6 +410,8 @@ class _Compiler:
             ok = seen > _NEVER
             if times is not None:
                 ok &= times[at:at + _CHECK_ROWS].view(np.int64) <= seen
+            if meets is not None:
+                ok &= meets[at:at + _CHECK_ROWS]
             rows.append(np.flatnonzero(ok) + at)
         rows = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
         k = parents[rows].astype(np.int64)
@@ -455,9 +477,10 @@ class _Compiler:
         fkc = self.fk(child, ag.fk)
         need = self._inputs(ag)
         pairs = self.new("p")
-        self.emit(f"rows {ag.label} per {ag.fk}",
+        meets = f" AND c.{self.where(child, ag.where)}" if ag.where else ""
+        self.emit(f"rows {ag.label}{_where_desc(ag)} per {ag.fk}",
                   f"CREATE TEMP TABLE {pairs} AS SELECT q.qid AS pq, c.__rid AS k, q.cutoff, c.__ord, c.__time "
-                  f"FROM {q} q JOIN {bc} c ON c.{fkc} = q.k AND c.__t <= q.cutoff")
+                  f"FROM {q} q JOIN {bc} c ON c.{fkc} = q.k AND c.__t <= q.cutoff{meets}")
         src = f"{pairs} p"
         cols = ["p.pq", "p.__ord", "p.__time"]
         if need:
@@ -492,6 +515,10 @@ class _Compiler:
         }
         out = [exprs[p].format(i=i) for p, i in ag.outputs]
         return (f"WITH {', '.join(ctes)} SELECT q.qid, q.k, q.cutoff, {{outs}} FROM {q} q {' '.join(joins)}", out)
+
+
+def _where_desc(ag: Agg) -> str:
+    return f" where {ag.where.column}" if ag.where else ""  # the value is data: it stays out of step names
 
 
 def _feature_paths(node: Node, path: tuple = ()) -> list[tuple[tuple, str, str]]:
