@@ -52,6 +52,11 @@ def check_settings(cfg: DictConfig) -> None:
     if "features" in group:
         params = {k: v for k, v in group["features"].items() if k != "name"}
         check_feature_params(group["features"]["name"], params)
+        if group["features"]["name"] == "dfs":  # a bad conditional-aggregate setting, before any data is read
+            from fourdb.features.dfs import check_config, check_where
+
+            check_config(params.get("depth"), params.get("primitives"))
+            check_where(params.get("where"))
     if "trainer" in group:
         check_fields("trainer", TrainerConfig, group["trainer"], skip=TrainerConfig.SET_BY_RUNNER)
     if "engine" in group:

@@ -119,8 +119,47 @@ def overrides(cell: str) -> list[str]:
     return [f"model={model}", *(f"{k}={v}" for k, v in inputs.items() if v not in ("history", "labels"))]
 
 
+@functools.cache
+def feature_settings(name: str) -> dict:
+    """A feature set's settings as a run composes them today (the boards' experiments change none)."""
+    from fourdb.defaults import option
+
+    return option("features", name)
+
+
+def stale(record: dict, cell: str) -> bool:
+    """A record of ``cell`` whose feature set computed other columns than today's (e.g. DFS before a new kind
+    of aggregate): its cell is made again, and the record is moved to leaderboards/archive/."""
+    _, inputs = cell_inputs(cell)
+    name = inputs.get("features")
+    if name in (None, "history", "labels"):
+        return False
+    return ((record.get("config") or {}).get("features") or {}) != {"name": name, **feature_settings(name)}
+
+
+def archive_stale(experiment: str, cell: str) -> int:
+    """Move the cell's stale records off its board (kept, in leaderboards/archive/<dataset>/<task>.jsonl)."""
+    dataset, task = experiment_task(experiment)
+    board = ROOT / "leaderboards" / dataset / f"{task}.jsonl"
+    if not board.exists():
+        return 0
+    model, inputs = cell_inputs(cell)
+    keep, moved = [], []
+    for line in board.read_text().splitlines():
+        r = json.loads(line)
+        mine = r["model"] == model and all(r["inputs"].get(k) == v for k, v in inputs.items()) and not r.get("external")
+        (moved if mine and stale(r, cell) else keep).append(line)
+    if moved:
+        archive = ROOT / "leaderboards" / "archive" / dataset / f"{task}.jsonl"
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        with open(archive, "a") as out:
+            out.write("\n".join(moved) + "\n")
+        board.write_text("".join(line + "\n" for line in keep))
+    return len(moved)
+
+
 def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
-    """Seeds of this cell already on the board, made with this budget."""
+    """Seeds of this cell already on the board, made with this budget and today's feature settings."""
     dataset, task = experiment_task(experiment)
     board = ROOT / "leaderboards" / dataset / f"{task}.jsonl"
     model, inputs = cell_inputs(cell)
@@ -130,6 +169,7 @@ def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
             r = json.loads(line)
             cfg = r.get("config") or {}
             if (r["model"] == model and all(r["inputs"].get(k) == v for k, v in inputs.items()) and not r.get("external")
+                    and not stale(r, cell)
                     and all(cfg.get(k) == v for k, v in budget.items())):
                 seeds.add(r["seed"])
     return seeds
@@ -137,6 +177,7 @@ def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
 
 def run_cell(experiment: str, cell: str, budget: dict, jobs: int, timeout_s: float) -> dict:
     """Runs the cell's seeds not yet on the board (all three on a fresh board)."""
+    archive_stale(experiment, cell)
     sweep = ROOT / "multirun" / "leaderboard" / experiment / cell.replace(":", "_")
     seeds = [s for s in SEEDS if s not in done_seeds(experiment, cell, budget)]
     args = [sys.executable, "-m", "fourdb.cli", "run", "-m", f"experiment={experiment}", *overrides(cell),
