@@ -277,11 +277,12 @@ def test_contextgnn_scores_reached_rows_pairwise_the_rest_by_embedding_and_never
     from fourdb.models.contextgnn import ContextNet
 
     hidden, n = 4, 6
-    net = ContextNet(StubIdentity(torch.ones(2, hidden), torch.tensor([0.0, 3.0, -1.0])), n, hidden, 1.0)
+    net = ContextNet(StubIdentity(torch.ones(2, hidden), torch.tensor([0.0, 3.0, -1.0])), [n], hidden, 1.0)
     with torch.no_grad():
-        net.table.zero_()
-        net.table[3] = 5.0
-        net.table[5] = 50.0  # destination 5 is not born either: its embedding must not matter
+        table = net.tables[0]
+        table.zero_()
+        table[3] = 5.0
+        table[5] = 50.0  # destination 5 is not born either: its embedding must not matter
         net.project.weight.copy_(torch.eye(hidden))
         net.project.bias.zero_()
         net.popularity.zero_()
@@ -289,7 +290,7 @@ def test_contextgnn_scores_reached_rows_pairwise_the_rest_by_embedding_and_never
     reached = torch.tensor([[0, 0, 1], [1, 4, 2]])  # seed 1 reached destination 2
     alive = torch.tensor([[True, True, True, True, False, False]])
     prior = torch.zeros(1, n, 2)
-    rows = torch.arange(n)
+    rows = torch.arange(n)[None, :]
     for inside_bias, first in ((4.0, 1), (-4.0, 3)):
         with torch.no_grad():
             net.fuse.bias.copy_(torch.tensor([inside_bias, 0.0]))

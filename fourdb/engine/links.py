@@ -242,20 +242,22 @@ class IdentitySource(RecSource):
 class ContextSource(IdentitySource):
     """ContextGNN's inputs: a seed's own tree as for the identity-aware GNN, and for every destination, the
     seed's context outside it: whether it exists at the seed's cutoff, its popularity then (links in the
-    last window and ever, as log1p counts), and the row of its learned embedding (found by primary key, so
-    that a rebuilt database with other row numbers reaches the same embedding; an unknown key gets the
-    shared last row). The model scores every existing destination: [seeds, destinations]."""
+    last window and ever, as log1p counts), and the rows of its learned embeddings: its own and one per
+    foreign key (the parent row it belongs to), found by key, so that a rebuilt database with other row
+    numbers reaches the same ones (an unknown key gets its table's shared last row). The model scores every
+    existing destination: [seeds, destinations]."""
 
-    def __init__(self, rec: RecData, batch_size: int, embedding_keys: np.ndarray):
+    def __init__(self, rec: RecData, batch_size: int, vocabularies: dict[str, np.ndarray]):
         super().__init__(rec, batch_size)
-        inter = rec.interactions
-        keys = inter.dst_keys if inter.dst_keys is not None else np.arange(inter.n_dst)
-        rows = pd.Index(embedding_keys).get_indexer(keys)
-        self.embedding_rows = torch.from_numpy(np.where(rows < 0, len(embedding_keys), rows).astype(np.int64))
+        ids = rec.interactions.dst_ids
+        rows = [pd.Index(vocab).get_indexer(ids[col]) for col, vocab in vocabularies.items()]
+        self.embedding_rows = torch.from_numpy(np.stack([np.where(r < 0, len(v), r) for r, v in
+                                                         zip(rows, vocabularies.values())]).astype(np.int64))
         self._prior: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def context_batch(self, split: str, idx: np.ndarray, rng: np.random.Generator):
-        """Model inputs ``(block, feats, reached, seeds, at, prior, alive, embedding_rows)``: ``reached``
+        """Model inputs ``(block, feats, reached, seeds, at, prior, alive, embedding_rows)`` (the last [id
+        columns, destinations]): ``reached``
         (seed, destination row) per destination node of the tree; per distinct cutoff of the batch, the
         destinations' ``prior`` [U, destinations, 2] and ``alive`` [U, destinations]; ``at`` the cutoff of
         each seed (an index into those)."""

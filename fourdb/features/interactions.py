@@ -34,9 +34,10 @@ class Interactions:
     n_dst: int
     dst_born: np.ndarray  # int64 ns per destination row; MISSING_TIME: always there
     window: int  # ns: the task's label window ("recent" popularity counts the last one)
-    # per destination row, its primary key: what names a row across two builds of a database whose row
-    # numbers differ (a model that learns an embedding per destination finds its rows by it)
-    dst_keys: np.ndarray | None = None
+    # per destination row, its primary key and its foreign keys' values (column -> values): what names a
+    # row, and the rows it belongs to, across two builds of a database whose row numbers differ (a model
+    # that learns an embedding per destination, and per parent row, finds its rows by them)
+    dst_ids: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def from_task(cls, task: Task, db: Database) -> "Interactions":
@@ -49,10 +50,12 @@ class Interactions:
         n_dst = len(db.tables[table.name])
         born = to_epoch_ns(db.tables[table.name][table.time_column]) if table.time_column else \
             np.full(n_dst, MISSING_TIME, np.int64)
-        keys = db.tables[table.name][table.primary_key].to_numpy() if table.primary_key else np.arange(n_dst)
+        frame = db.tables[table.name]
+        ids = {table.primary_key or "": frame[table.primary_key].to_numpy() if table.primary_key else np.arange(n_dst),
+               **{fk.name: frame[fk.name].to_numpy() for fk in table.foreign_keys}}
         order = np.argsort(known, kind="stable")
         return cls(src[order].astype(np.int64), dst[order].astype(np.int64), known[order], n_dst, born,
-                   int(pd.Timedelta(task.spec.window).value), keys)
+                   int(pd.Timedelta(task.spec.window).value), ids)
 
     # -- as of one cutoff --------------------------------------------------------------------------
     def exists(self, cutoff: int) -> np.ndarray:

@@ -15,6 +15,7 @@ gets no score. Inputs come from ``fourdb.engine.links.ContextSource``.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import nn
 
@@ -33,12 +34,13 @@ def within(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 class ContextNet(nn.Module):
-    def __init__(self, identity: IdentityNet, n_embeddings: int, hidden: int, embedding_scale: float):
+    def __init__(self, identity: IdentityNet, sizes: list[int], hidden: int, embedding_scale: float):
+        """``sizes``: rows of each embedding table (the destinations', then one per foreign key's parents)."""
         super().__init__()
         self.identity, self.scale = identity, float(embedding_scale)
         # stored divided by the scale: shallow embeddings then move ``scale`` times faster under Adam than
-        # the network's weights, as they must (each is updated only when its destination is in a batch)
-        self.table = nn.Parameter(torch.randn(n_embeddings + 1, hidden) * 0.1 / self.scale)  # last: unknown
+        # the network's weights (each is updated only when its destination is in a batch); last row: unknown
+        self.tables = nn.ParameterList(nn.Parameter(torch.randn(n + 1, hidden) * 0.1 / self.scale) for n in sizes)
         self.project = nn.Linear(hidden, hidden)
         self.popularity = nn.Parameter(torch.tensor([1.0, 0.1]))  # (recent, all-time) log counts
         self.fuse = nn.Linear(hidden, 2)  # (inside, outside) the subgraph, per source
@@ -55,7 +57,9 @@ class ContextNet(nn.Module):
         pair = torch.full(alive.shape, float("-inf"), device=alive.device)
         pair[reached[0], reached[1]] = self.identity.pair_scores(h)
 
-        table = self.table[embedding_rows] * self.scale
+        # a destination's vector: its own embedding plus its parent rows': the products of one shelf share
+        # the shelf's, so a destination with few links of its own still lands near its kind
+        table = sum(t[rows] for t, rows in zip(self.tables, embedding_rows)) * self.scale
         context = torch.zeros_like(source).index_add_(0, reached[0], table[reached[1]])
         context = context / torch.bincount(reached[0], minlength=num_seeds).clamp(min=1)[:, None]
         # detached: the tower reads the source's state without pulling it away from what the pair scores need
@@ -73,15 +77,16 @@ class ContextGNN(RecommendationGNN):
 
     def __init__(self, info, seed: int = 0, **params):
         super().__init__(info, seed, **params)
-        self.embedding_keys: np.ndarray | None = None  # the destinations it learns an embedding for
+        self.vocabularies: dict[str, np.ndarray] | None = None  # per id column, the keys it learns an embedding for
 
     def build(self, data: RecData) -> ContextNet:
         identity = IdentityNet(self.network(data.graph, 1), data.graph.seed_type, data.destination,
                                self.params["hidden"])
-        return ContextNet(identity, len(self.embedding_keys), self.params["hidden"], self.params["embedding_scale"])
+        return ContextNet(identity, [len(v) for v in self.vocabularies.values()], self.params["hidden"],
+                          self.params["embedding_scale"])
 
     def make_source(self, data: RecData, trainer_cfg) -> ContextSource:
-        if self.embedding_keys is None:  # fitting: the training database's destinations get an embedding each
-            inter = data.interactions
-            self.embedding_keys = inter.dst_keys if inter.dst_keys is not None else np.arange(inter.n_dst)
-        return ContextSource(data, trainer_cfg.batch_size, self.embedding_keys)
+        if self.vocabularies is None:  # fitting: the training database's destinations and parent rows
+            self.vocabularies = {col: pd.unique(values[pd.notna(values)])
+                                 for col, values in data.interactions.dst_ids.items()}
+        return ContextSource(data, trainer_cfg.batch_size, self.vocabularies)
