@@ -362,9 +362,11 @@ def test_record_carries_database_fingerprint_and_git_state(base_record, tmp_path
     db = load_dataset("synthetic", size=150)
     assert base_record["database_fingerprint"] == database_fingerprint(db)
     assert len(base_record["database_fingerprint"]) == 16
-    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)",
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", ":(top)",
                              ":(top,exclude)leaderboards"], cwd=REPO, capture_output=True, text=True).stdout
-    assert base_record["git_dirty"] is bool(status.strip())
+    code = [line for line in status.splitlines()
+            if not line.startswith("??") or line[3:].startswith(("fourdb/", "conf/", "tasks/"))]
+    assert base_record["git_dirty"] is bool(code)
     # another database under the same name: another fingerprint; the same content in memory: its own
     assert database_fingerprint(load_dataset("synthetic", size=160)) != base_record["database_fingerprint"]
     folder = write_database(tmp_path / "shop", db.schema, db.tables)
@@ -376,6 +378,38 @@ def test_record_carries_database_fingerprint_and_git_state(base_record, tmp_path
     write_database(folder, db.schema, {**db.tables, "users": users})
     assert database_fingerprint(Database.load(folder)) != before
     assert database_fingerprint(Database(db.schema, {**db.tables, "users": users})) != database_fingerprint(memory)
+
+
+def test_git_dirty_counts_new_source_files_but_not_results_or_ignored_files(tmp_path):
+    """A model added as a new file is code the commit does not hold; new results, outputs and ignored files
+    are not code."""
+    from fourdb.utils import git_state
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    assert git_state(tmp_path) == (None, None)  # not a checkout
+    git("init", "-q")
+    for name in ("fourdb/model.py", "conf/model/a.yaml", "tasks/d/t.yaml", "leaderboards/d/t.jsonl", ".gitignore"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("*.pyc\n" if name == ".gitignore" else "x\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "start")
+    commit, dirty = git_state(tmp_path / "fourdb")
+    assert len(commit) == 40 and dirty is False
+    clean = ["fourdb/cache.pyc", "outputs/run/record.json", "leaderboards/d/new.jsonl", "notes.txt"]
+    for name in clean:  # ignored, outside the source folders, or results
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x\n")
+    (tmp_path / "leaderboards/d/t.jsonl").write_text("y\n")
+    assert git_state(tmp_path) == (commit, False)
+    for name in ("fourdb/models/new_model.py", "conf/model/new.yaml", "tasks/d/new.yaml"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x\n")
+        assert git_state(tmp_path) == (commit, True), name
+        (tmp_path / name).unlink()
+    (tmp_path / "fourdb/model.py").write_text("changed\n")
+    assert git_state(tmp_path) == (commit, True)
 
 
 def test_databases_that_differ_under_one_name_are_refused(tmp_path, base_record):

@@ -52,7 +52,7 @@ FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "git_commit": (STR + NONE, True),
     "hardware": (DICT, True),
     # optional
-    "git_dirty": (BOOL + NONE, False),          # tracked files differed from git_commit; None: not a checkout
+    "git_dirty": (BOOL + NONE, False),          # the code differed from git_commit (fourdb.utils.git_state); None: not a checkout
     "database_fingerprint": (STR, False),       # fourdb.rdb.fingerprint: the database's content
     "external": (BOOL, False),
     "num_seeds_available": (DICT, False),
