@@ -19,7 +19,7 @@ from fourdb.leaderboard import RecordError, config_hash, read_board, submit_reco
 from fourdb.leaderboard.external import external_record, load_test_split
 from fourdb.leaderboard.render import DUCKDB_SQL, render, show
 from fourdb.leaderboard.store import board_path
-from fourdb.tasks import find_task
+from fourdb.tasks import TASKS_DIR, find_task
 
 SMALL = ["dataset=synthetic", "dataset.params.size=150", "task=taste", "trainer.progress=false"]
 REPO = Path(__file__).resolve().parents[1]
@@ -170,6 +170,39 @@ def test_submitter_killed_mid_write_leaves_valid_file(tmp_path, base_record):
     submit(tmp_path, variant(base_record, 7))
     assert [r["seed"] for r in read_board(path)] == [0, 1, 2, 7]
     assert not list(path.parent.glob(f".{path.name}.*.tmp"))
+
+
+def test_submit_finds_a_folder_database_from_any_working_directory(tmp_path, monkeypatch, synthetic_db):
+    """A run on a database folder given by a relative path is submitted, shown and scored from a folder that
+    has nothing to do with it: the record's absolute path of the folder finds its task, not the cwd."""
+    import shutil
+
+    from fourdb.rdb import write_database
+    from fourdb.run import run_experiment
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    folder = write_database(work / "shop", synthetic_db.schema, synthetic_db.tables)
+    (folder / "tasks").mkdir()
+    shutil.copy(TASKS_DIR / "synthetic" / "taste.yaml", folder / "tasks" / "taste.yaml")
+    monkeypatch.chdir(work)
+    record = run_experiment(config("dataset=folder", "dataset.path=shop", "dataset.name=shop", "task=taste",
+                                   "model=gbdt", "trainer.progress=false"), "run")
+    assert record["config"]["dataset"]["path"] == str(folder.resolve())
+    task, test = load_test_split("shop", "taste")
+    preds = tmp_path / "preds.csv"
+    pd.DataFrame({"entity": test["entity"], "cutoff": test["cutoff"].dt.strftime("%Y-%m-%d %H:%M:%S"),
+                  "prediction": 0.5}).to_csv(preds, index=False)
+    external = external_record(preds, "coin", "shop", "taste")
+    assert external["dataset"] == "shop" and external["config"]["dataset"]["path"] == str(folder.resolve())
+    monkeypatch.chdir(elsewhere)
+    submit_records([("coin", external)], tmp_path / "lb")
+    p = fourdb("leaderboard", "submit", str(work / "run"), "--root", str(tmp_path / "lb"), cwd=elsewhere)
+    assert p.returncode == 0, p.stderr
+    assert "submitted 1 record(s)" in p.stdout
+    text = show("shop", "taste", tmp_path / "lb")
+    assert "gbdt" in text and "coin" in text and "earlier version" not in text
+    assert find_task(str(folder), "taste").spec_hash in text  # the task file was found, not left unchecked
 
 
 # ---- external predictions -----------------------------------------------------------------------

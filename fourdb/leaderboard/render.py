@@ -31,7 +31,8 @@ import pandas as pd
 from fourdb.leaderboard.schema import protocol_label
 from fourdb.metrics import higher_is_better
 from fourdb.tasks.types import TaskType
-from fourdb.leaderboard.store import current_spec_hash, leaderboard_root, load_all, task_spec
+from fourdb.errors import FourdbError
+from fourdb.leaderboard.store import leaderboard_root, load_all, record_spec
 from fourdb.utils import atomic_write_bytes, atomic_write_text
 
 RANK_RULE = ("Average rank, per family: over the family's tasks on each dataset's default parameters, sanity "
@@ -102,11 +103,8 @@ def aggregate(records: list[dict]) -> list[dict]:
         return []
     first = records[0]
     dataset, task = first["dataset"], first["task"]
-    try:
-        current = current_spec_hash(dataset, task)
-    except Exception:  # noqa: BLE001 - a board whose task file is gone is still shown, unchecked
-        current = None
-    shown = [r for r in records if current is None or r["task_spec_hash"] == current]
+    current = _spec_hash(first)
+    shown = [r for r in records if _spec_hash(r) in (None, r["task_spec_hash"])]
     stale = len(records) - len(shown)
     groups: dict[tuple, list[dict]] = {}
     for r in shown:
@@ -144,7 +142,7 @@ def aggregate(records: list[dict]) -> list[dict]:
         tables.setdefault(protocol, []).append(row)
     out = []
     ascending = not higher_is_better(metric)
-    sanity = _is_sanity(dataset, task)
+    sanity = _is_sanity(first)
     for protocol in sorted(tables, key=lambda p: (p != "", p)):
         frame = pd.DataFrame(tables[protocol])
         frame.insert(0, "rank", frame["_test_mean"].rank(ascending=ascending, method="min").astype(int))
@@ -159,10 +157,17 @@ def aggregate(records: list[dict]) -> list[dict]:
     return out
 
 
-def _is_sanity(dataset: str, task: str) -> bool:
+def _spec_hash(record: dict) -> str | None:
     try:
-        return bool(task_spec(dataset, task).sanity)
-    except Exception:  # noqa: BLE001 - a board whose task file is gone counts as an ordinary task
+        return record_spec(record).spec_hash
+    except FourdbError:  # a board whose task file is gone is still shown, unchecked
+        return None
+
+
+def _is_sanity(record: dict) -> bool:
+    try:
+        return bool(record_spec(record).sanity)
+    except FourdbError:  # a board whose task file is gone counts as an ordinary task
         return False
 
 

@@ -107,18 +107,24 @@ def find_records(paths) -> list[tuple[Path, dict]]:
 _SPECS: dict[tuple[str, str], object] = {}
 
 
-def task_spec(dataset: str, task: str):
-    """The task file as it is now (a TaskSpec), read once per process."""
+def task_source(record: dict) -> tuple[str, str]:
+    """(dataset, task) to find a record's task file by, from the record alone: a database folder by the path
+    the run recorded (absolute), else the built-in dataset's name; a task file by its recorded path, else the
+    task's name. Not from the record's dataset name: the folder the command runs in must not matter."""
+    config = record.get("config") or {}
+    dataset = (config.get("dataset") or {}).get("path") or record["dataset"]
+    task = config.get("task")
+    return str(dataset), task if isinstance(task, str) and task.endswith((".yaml", ".yml")) else record["task"]
+
+
+def record_spec(record: dict):
+    """The task file of ``record`` as it is now (a TaskSpec), read once per process."""
     from fourdb.tasks import find_task
 
-    if (dataset, task) not in _SPECS:
-        _SPECS[(dataset, task)] = find_task(dataset, task)
-    return _SPECS[(dataset, task)]
-
-
-def current_spec_hash(dataset: str, task: str) -> str:
-    """The spec hash of the task file as it is now."""
-    return task_spec(dataset, task).spec_hash
+    key = task_source(record)
+    if key not in _SPECS:
+        _SPECS[key] = find_task(*key)
+    return _SPECS[key]
 
 
 def database_key(record: dict) -> tuple[str, str]:
@@ -151,7 +157,7 @@ def prepare(record: dict, where: str) -> dict:
     """Validate a record for submission and stamp it; refuse one made against another task version."""
     validate_record(record, where)
     try:
-        current = current_spec_hash(record["dataset"], record["task"])
+        current = record_spec(record).spec_hash
     except FourdbError as e:
         raise RecordError(f"{where}: cannot check the task version: {e}") from None
     if record["task_spec_hash"] != current:
