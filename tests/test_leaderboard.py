@@ -205,6 +205,49 @@ def test_submit_finds_a_folder_database_from_any_working_directory(tmp_path, mon
     assert find_task(str(folder), "taste").spec_hash in text  # the task file was found, not left unchecked
 
 
+def test_a_graph_is_named_as_built_when_run_and_when_old_records_are_read(tmp_path, base_record, synthetic_db):
+    """r2ne on a database without link tables builds r2n's graph: the run says r2n, and older records that
+    say r2ne are read as r2n, so the same work is one row; where link tables exist the two stay apart."""
+    import yaml
+
+    from fourdb.inputs import graph_label
+    from fourdb.leaderboard.render import aggregate
+    from fourdb.leaderboard.store import load_all
+    from fourdb.rdb import Database, Schema
+
+    schema = synthetic_db.schema.to_dict()
+    schema["tables"] = [t for t in schema["tables"] if t["name"] != "purchases"]  # its one link table
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "schema.yaml").write_text(yaml.safe_dump(schema, sort_keys=False))
+    no_links = Database(Schema.load(flat), {})
+    assert graph_label(config(*SMALL, "graph=r2ne"), no_links)["graph"] == "r2n"
+    assert graph_label(config(*SMALL, "graph=r2ne"), synthetic_db)["graph"] == "r2ne"
+
+    def old_record(dataset, seed, graph, test):
+        r = variant(base_record, seed, model="sage", test=test)
+        r["dataset"] = dataset
+        r["inputs"] = {"graph": graph, "sampler": {"strategy": "recent", "fanouts": [10, 10]}}
+        r["config"]["graph"] = {"kind": graph}  # as records said before graph.kind became graph.name
+        r["config_hash"] = f"hash of {graph}"  # stored by the code of the time
+        if dataset == "flat":
+            r["config"]["dataset"] = {"name": "flat", "path": str(flat), "params": {}}
+        return r
+
+    root = tmp_path / "lb"
+    for dataset in ("flat", "synthetic"):
+        lines = [json.dumps(old_record(dataset, 0, "r2ne", 0.8)), json.dumps(old_record(dataset, 1, "r2n", 0.6))]
+        board_path(root, dataset, "taste").parent.mkdir(parents=True)
+        board_path(root, dataset, "taste").write_text("\n".join(lines) + "\n")
+    boards = load_all(root)
+    [flat_board] = aggregate(boards[("flat", "taste")])
+    assert list(flat_board["frame"]["inputs"]) == ["graph r2n, recent sampler [10, 10]"]
+    assert list(flat_board["frame"]["seeds"]) == [2] and flat_board["frame"]["_test_mean"][0] == pytest.approx(0.7)
+    [synthetic_board] = aggregate(boards[("synthetic", "taste")])
+    assert sorted(synthetic_board["frame"]["inputs"].str[:10]) == ["graph r2n,", "graph r2ne"]
+    assert "r2ne" in board_path(root, "flat", "taste").read_text()  # the records themselves are not rewritten
+
+
 # ---- external predictions -----------------------------------------------------------------------
 
 

@@ -412,10 +412,10 @@ def render(root: str | Path | None = None) -> Path:
 def show(dataset: str, task: str, root: str | Path | None = None) -> str:
     """One board as text for the terminal."""
     from fourdb.errors import FourdbError
-    from fourdb.leaderboard.store import board_path, read_board
+    from fourdb.leaderboard.store import as_built, board_path, read_board
 
     path = board_path(leaderboard_root(root), dataset, task)
-    records = read_board(path)
+    records = [as_built(r) for r in read_board(path)]
     if not records:
         raise FourdbError(f"no results for {dataset}/{task} (no records in {path})")
     blocks = []

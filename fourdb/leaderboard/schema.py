@@ -152,6 +152,10 @@ def config_hash(record: dict) -> str:
     config = copy.deepcopy(record["config"])
     for key in CONFIG_IGNORED:
         _drop(config, key)
+    graph = (record.get("inputs") or {}).get("graph")
+    if graph and isinstance(config.get("graph"), dict):
+        # the graph built, not the one asked for (built_graph); older records say graph.kind for graph.name
+        config["graph"] = {**{k: v for k, v in config["graph"].items() if k != "kind"}, "name": graph}
     return stable_hash(config)
 
 

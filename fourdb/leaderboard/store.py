@@ -26,7 +26,7 @@ from fourdb.leaderboard.schema import (
     record_key,
     validate_record,
 )
-from fourdb.utils import atomic_write_bytes, progress as progress_bar
+from fourdb.utils import atomic_write_bytes, progress as progress_bar, stable_hash
 
 ROOT_ENV = "FOURDB_LEADERBOARDS"
 LOCK_TIMEOUT_S = 300
@@ -127,6 +127,35 @@ def record_spec(record: dict):
     return _SPECS[key]
 
 
+_BUILT: dict[tuple, str] = {}
+
+
+def as_built(record: dict) -> dict:
+    """``record`` with its graph named as built (``fourdb.graph.built_graph``): records made before runs
+    said so name the graph asked for, r2ne where a database without link tables built r2n. Reads the
+    database's schema (a built-in dataset is built once, if not cached); a database no longer at hand
+    keeps the name its record gives."""
+    from fourdb.datasets import dataset_folder
+    from fourdb.graph import built_graph
+    from fourdb.rdb import Database, Schema
+
+    graph = record["inputs"].get("graph")
+    if not graph:
+        return record
+    dataset = (record.get("config") or {}).get("dataset") or {}
+    params = dataset.get("params") or {}
+    key = (dataset.get("path") or record["dataset"], stable_hash(params), graph)
+    if key not in _BUILT:
+        try:
+            folder = dataset.get("path") or dataset_folder(record["dataset"], **params)
+            _BUILT[key] = built_graph(graph, Database(Schema.load(folder), {}))
+        except FourdbError:
+            _BUILT[key] = graph
+    record = {**record, "inputs": {**record["inputs"], "graph": _BUILT[key]}}
+    record["config_hash"] = config_hash(record)
+    return record
+
+
 def database_key(record: dict) -> tuple[str, str]:
     """Records with the same key are read as made on one database: a dataset name and its parameters."""
     return record["dataset"], protocol_label(record)
@@ -198,7 +227,7 @@ def submit_records(records: list[tuple[str, dict]], root: str | Path | None = No
     seen: dict[tuple, str] = {}
     databases: Databases = {}
     for where, record in progress_bar(records, progress, desc="validating records", leave=False):
-        record = prepare(record, str(where))
+        record = as_built(prepare(record, str(where)))
         key = record_key(record)
         if key in seen:
             if skip_duplicates:
@@ -224,7 +253,7 @@ def submit_records(records: list[tuple[str, dict]], root: str | Path | None = No
                 same_database(r, str(board), on_boards, check=False)
         new_content: dict[Path, list[str]] = {}
         for p in paths:
-            keys = {record_key(r) for r in existing[p]}
+            keys = {record_key(as_built(r)) for r in existing[p]}
             lines = [json.dumps(r, default=str, allow_nan=False) for r in existing[p]]
             added = []
             for where, record in prepared[p]:
@@ -257,7 +286,7 @@ def load_all(root: str | Path | None = None) -> dict[tuple[str, str], list[dict]
     """Every board under ``root``: (dataset, task) -> records."""
     boards = {}
     for p in board_paths(leaderboard_root(root)):
-        records = read_board(p)
+        records = [as_built(r) for r in read_board(p)]
         if records:
             boards[(records[0]["dataset"], records[0]["task"])] = records
     return boards
