@@ -23,6 +23,7 @@ from fourdb.tasks import TASKS_DIR, find_task
 
 SMALL = ["dataset=synthetic", "dataset.params.size=150", "task=taste", "trainer.progress=false"]
 REPO = Path(__file__).resolve().parents[1]
+ALL = "train all / val all seeds"  # the budget of runs that set neither max_train_seeds nor max_val_seeds
 
 
 def fourdb(*args, cwd, env=None):
@@ -362,8 +363,9 @@ def test_render_writes_readme_with_mean_std_ranks_and_plots(filled_root):
             in readme)  # a table on other dataset parameters is not in the average ranks
     assert "read_json_auto('leaderboards/*/*.jsonl')" in readme
     plots = sorted(p.name for p in (filled_root / "plots").glob("*.png"))
-    assert plots == ["nycflights13__arrival-delay.png", "regression_average_rank.png",
-                     "synthetic__taste__size-150.png"]
+    assert plots == ["nycflights13__arrival-delay__train-all-val-all-seeds.png",
+                     "regression_average_rank__train-all-val-all-seeds.png",
+                     "synthetic__taste__size-150__train-all-val-all-seeds.png"]
     for name in plots:
         assert f"(plots/{name})" in readme
         assert (filled_root / "plots" / name).read_bytes()[:4] == b"\x89PNG"
@@ -393,7 +395,7 @@ def test_show_prints_one_board(filled_root, tmp_path):
     p = fourdb("leaderboard", "show", "synthetic", "taste", "--root", str(filled_root), cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    assert lines[0] == "synthetic / taste [size=150]"
+    assert lines[0] == "synthetic / taste [size=150] (train all / val all seeds)"
     assert "0.9100 ± 0.0141" in p.stdout and "0.7000 ± 0.1000" in p.stdout and "arrival-delay" not in p.stdout
     with pytest.raises(FourdbError, match="no results for synthetic/leak"):
         show("synthetic", "leak", filled_root)
@@ -550,7 +552,8 @@ def test_average_ranks_leave_out_sanity_tasks_and_rank_over_common_tasks(tmp_pat
     records.append(task_record(base_record, "synthetic", "purchase-count", "B", 2.0))
     submit(tmp_path, *records)
     ranks = average_ranks(all_tables(tmp_path))
-    cls = ranks["classification"]
+    assert list(ranks) == [("classification", ALL), ("regression", ALL)]
+    cls = ranks[("classification", ALL)]
     assert cls.tasks == ["lahman/hall-of-fame", "nycflights13/late-arrival", "synthetic/taste"]
     assert sorted(cls.left_out) == ["synthetic/leak (sanity task)", "synthetic/taste [size=150]"]
     got = [tuple(row) for row in cls.frame[["method", "average rank", "ranks"]].itertuples(index=False)]
@@ -560,13 +563,103 @@ def test_average_ranks_leave_out_sanity_tasks_and_rank_over_common_tasks(tmp_pat
         ("C (single_table)", "2.33", "lahman/hall-of-fame: 1, nycflights13/late-arrival: 3, synthetic/taste: 3"),
     ]
     assert cls.unranked_lines() == ["D (single_table): not ranked: ran only 2 of the 3 tasks (not lahman/hall-of-fame)"]
-    reg = ranks["regression"]  # lower MAE is better
+    reg = ranks[("regression", ALL)]  # lower MAE is better
     assert [tuple(r) for r in reg.frame[["method", "average rank"]].itertuples(index=False)] == \
         [("B (single_table)", "1.00"), ("A (single_table)", "2.00")]
     readme = render(tmp_path).read_text()
     assert "- D (single_table): not ranked: ran only 2 of the 3 tasks (not lahman/hall-of-fame)" in readme
     assert "sanity tasks left out" in readme and "is ranked only if it ran every one of those tasks" in readme
     assert "a sanity task, left out of the average ranks" in readme
+
+
+def budgeted(record, train, val):
+    r = copy.deepcopy(record)
+    r["config"]["max_train_seeds"], r["config"]["max_val_seeds"] = train, val
+    return r
+
+
+def test_a_budget_is_its_own_board_and_its_own_average_rank(tmp_path, base_record):
+    """The same model and inputs at two training budgets are two boards and two rankings, never one row,
+    one rank or one average rank."""
+    from fourdb.leaderboard.render import all_tables, average_ranks
+
+    capped = "train 50 / val 30 seeds"
+    records = [task_record(base_record, "synthetic", "taste", "A", v, seed=s) for s, v in enumerate((0.9, 0.8))]
+    records += [budgeted(task_record(base_record, "synthetic", "taste", "A", v, seed=s), 50, 30)
+                for s, v in enumerate((0.6, 0.5))]
+    records += [task_record(base_record, "synthetic", "taste", "B", 0.7)]
+    submit(tmp_path, *records)
+    tables = all_tables(tmp_path)
+    assert [(t["budget"], list(t["frame"]["model"]), list(t["frame"]["rank"])) for t in tables] == \
+        [(ALL, ["A", "B"], [1, 2]), (capped, ["A"], [1])]
+    assert [t["frame"]["_test_mean"][0] for t in tables] == pytest.approx([0.85, 0.55])  # never pooled to 0.7
+    ranks = average_ranks(tables)
+    assert list(ranks) == [("classification", ALL), ("classification", capped)]
+    assert list(ranks[("classification", capped)].frame["method"]) == ["A (single_table)"]
+    readme = render(tmp_path).read_text()
+    assert "## synthetic / taste (train all / val all seeds)" in readme
+    assert "## synthetic / taste (train 50 / val 30 seeds)" in readme
+    assert "## Classification: average rank (train 50 / val 30 seeds)" in readme
+    text = show("synthetic", "taste", tmp_path)
+    assert [line for line in text.splitlines() if line.startswith("synthetic")] == ["synthetic / taste (train all / val all seeds)",
+                                                  "synthetic / taste (train 50 / val 30 seeds)"]
+
+
+def test_a_row_shows_what_sets_it_apart_its_epochs_certify_verdict_and_commit(tmp_path, base_record):
+    def sage(seed, epochs, ran, certify=None, commit="1111111aaaa"):
+        r = variant(base_record, seed, model="sage")
+        r["inputs"] = {"graph": "r2n", "sampler": {"strategy": "recent", "fanouts": [10, 10]}}
+        r["config"]["trainer"]["epochs"] = epochs
+        r["history"] = [{"epoch": i + 1, "loss": 1.0} for i in range(ran)]
+        r["git_commit"] = commit
+        if certify is not None:
+            r["certify"] = {"passed": certify, "checks": []}
+        return r
+
+    submit(tmp_path, sage(0, 10, 4, certify=True), sage(1, 10, 6, certify=True), sage(0, 20, 20, certify=False),
+           sage(1, 20, 20, commit="2222222bbbb"), variant(base_record, 0))
+    [t] = aggregate_of(tmp_path)
+    patience = base_record["config"]["trainer"]["patience"]
+    rows = {(r.model, r.setting): r for r in t["frame"].itertuples()}
+    ten, twenty = rows[("sage", "trainer.epochs=10")], rows[("sage", "trainer.epochs=20")]
+    assert (ten.epochs, ten.certify, ten.commit) == (f"4-6 of 10, patience {patience}", "passed", "1111111")
+    assert (twenty.epochs, twenty.certify, twenty.commit) == \
+        (f"20 of 20, patience {patience}", "FAILED 1, not run 1", "1111111, 2222222")
+    gbdt = rows[("gbdt", "")]  # one setting of its label: nothing to set apart; no epoch trainer
+    assert (gbdt.epochs, gbdt.certify) == ("-", "not run")
+    text = show("synthetic", "taste", tmp_path)
+    assert "trainer.epochs=20" in text and "FAILED 1, not run 1" in text and "certify" in text
+    assert "| trainer.epochs=10 |" in render(tmp_path).read_text()
+
+
+def aggregate_of(root):
+    from fourdb.leaderboard.render import all_tables
+
+    return all_tables(root)
+
+
+def test_boards_of_several_roots_side_by_side(tmp_path, base_record):
+    """A researcher's own root read beside another: rows say which root they come from, share the board's
+    ranks, and are never pooled with the other root's rows of the same setting."""
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    submit(theirs, *(variant(base_record, s, test=v) for s, v in ((0, 0.6), (1, 0.7))))
+    submit(mine, variant(base_record, 0, test=0.9), variant(base_record, 0, model="new", test=0.95))
+    text = show("synthetic", "taste", [mine, theirs])
+    lines = text.splitlines()
+    header = lines[3]
+    assert "root" in header.split()
+    rows = [line.split() for line in lines[4:]]
+    assert [(r[0], r[1], r[3]) for r in rows] == [("1", "new", str(mine)), ("2", "gbdt", str(mine)),
+                                                 ("3", "gbdt", str(theirs))]
+    p = fourdb("leaderboard", "show", "synthetic", "taste", "--root", str(mine), "--root", str(theirs), cwd=tmp_path)
+    assert p.returncode == 0 and p.stdout.strip() == text, p.stderr
+    readme = render([mine, theirs]).read_text()
+    assert (mine / "README.md").exists() and not (theirs / "README.md").exists()
+    assert f"| 3 | gbdt | single_table | {theirs} |" in readme
+    # the committed boards beside one's own: rows from both, the committed ones labelled so
+    p = fourdb("leaderboard", "show", "synthetic", "taste", "--root", str(mine), "--with-committed", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert " committed " in p.stdout and str(mine) in p.stdout and "new" in p.stdout
 
 
 def test_engine_auto_records_the_mode_that_ran(tmp_path):

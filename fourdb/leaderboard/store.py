@@ -32,9 +32,34 @@ ROOT_ENV = "FOURDB_LEADERBOARDS"
 LOCK_TIMEOUT_S = 300
 
 
+# read from several roots, a record says which one in this key; in memory only, never written to a board
+ROOT_FIELD = "_root"
+COMMITTED_ROOT = Path(__file__).resolve().parents[2] / "leaderboards"  # in a source checkout of fourdb
+
+
 def leaderboard_root(root: str | Path | None = None) -> Path:
     """``root``, else $FOURDB_LEADERBOARDS, else ./leaderboards."""
     return Path(root or os.environ.get(ROOT_ENV) or "leaderboards")
+
+
+def committed_root() -> Path:
+    """The boards committed with fourdb's source (``leaderboards/`` of the checkout this fourdb runs from)."""
+    if not board_paths(COMMITTED_ROOT):
+        raise FourdbError(f"no committed boards in {COMMITTED_ROOT}: they come with a source checkout of fourdb")
+    return COMMITTED_ROOT
+
+
+def root_label(root: Path) -> str:
+    return "committed" if root.resolve() == COMMITTED_ROOT else str(root)
+
+
+def leaderboard_roots(roots=None) -> list[Path]:
+    """One root or several (None: the default root), each once."""
+    roots = [roots] if roots is None or isinstance(roots, (str, Path)) else list(roots) or [None]
+    out: dict[Path, Path] = {}
+    for r in map(leaderboard_root, roots):
+        out.setdefault(r.resolve(), r)
+    return list(out.values())
 
 
 def _safe(name: str) -> str:
@@ -282,11 +307,16 @@ def submit_run_dirs(paths, root=None, skip_duplicates=False, progress=None) -> S
     return submit_records([(str(f), r) for f, r in find_records(paths)], root, skip_duplicates, progress)
 
 
-def load_all(root: str | Path | None = None) -> dict[tuple[str, str], list[dict]]:
-    """Every board under ``root``: (dataset, task) -> records."""
-    boards = {}
-    for p in board_paths(leaderboard_root(root)):
-        records = [as_built(r) for r in read_board(p)]
-        if records:
-            boards[(records[0]["dataset"], records[0]["task"])] = records
+def load_all(roots=None, board: tuple[str, str] | None = None) -> dict[tuple[str, str], list[dict]]:
+    """Every board under ``roots`` (one root or several), or only ``board`` (dataset, task): (dataset, task) ->
+    records, graphs named as built. Read from several roots, each record names its own in ``ROOT_FIELD``."""
+    roots = leaderboard_roots(roots)
+    boards: dict[tuple[str, str], list[dict]] = {}
+    for root in roots:
+        for p in [board_path(root, *board)] if board else board_paths(root):
+            records = [as_built(r) for r in read_board(p)]
+            if len(roots) > 1:
+                records = [{**r, ROOT_FIELD: root_label(root)} for r in records]
+            if records:
+                boards.setdefault((records[0]["dataset"], records[0]["task"]), []).extend(records)
     return boards
