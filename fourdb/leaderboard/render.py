@@ -411,10 +411,10 @@ def all_tables(roots=None) -> list[dict]:
     return tables
 
 
-def render(roots=None) -> Path:
-    """Write README.md and plots/*.png into the first of ``roots`` (one root or several) from the boards
-    under all of them."""
-    roots = leaderboard_roots(roots)
+def render(root=None) -> Path:
+    """Write README.md and plots/*.png into ``root``, or the first of several roots, from the boards under
+    all of them."""
+    roots = leaderboard_roots(root)
     root = roots[0]
     tables = all_tables(roots)
     ranks = average_ranks(tables)
@@ -483,11 +483,11 @@ def render(roots=None) -> Path:
     return out
 
 
-def show(dataset: str, task: str, roots=None) -> str:
+def show(dataset: str, task: str, root=None) -> str:
     """One board as text for the terminal, from one root or several."""
     from fourdb.leaderboard.store import board_path
 
-    roots = leaderboard_roots(roots)
+    roots = leaderboard_roots(root)
     records = [r for rs in load_all(roots, (dataset, task)).values() for r in rs]
     if not records:
         raise FourdbError(f"no results for {dataset}/{task} (no records in "

@@ -307,10 +307,10 @@ def submit_run_dirs(paths, root=None, skip_duplicates=False, progress=None) -> S
     return submit_records([(str(f), r) for f, r in find_records(paths)], root, skip_duplicates, progress)
 
 
-def load_all(roots=None, board: tuple[str, str] | None = None) -> dict[tuple[str, str], list[dict]]:
-    """Every board under ``roots`` (one root or several), or only ``board`` (dataset, task): (dataset, task) ->
+def load_all(root=None, board: tuple[str, str] | None = None) -> dict[tuple[str, str], list[dict]]:
+    """Every board under ``root`` (one root or several), or only ``board`` (dataset, task): (dataset, task) ->
     records, graphs named as built. Read from several roots, each record names its own in ``ROOT_FIELD``."""
-    roots = leaderboard_roots(roots)
+    roots = leaderboard_roots(root)
     boards: dict[tuple[str, str], list[dict]] = {}
     for root in roots:
         for p in [board_path(root, *board)] if board else board_paths(root):
