@@ -204,6 +204,14 @@ def test_submit_finds_a_folder_database_from_any_working_directory(tmp_path, mon
     text = show("shop", "taste", tmp_path / "lb")
     assert "gbdt" in text and "coin" in text and "earlier version" not in text
     assert find_task(str(folder), "taste").spec_hash in text  # the task file was found, not left unchecked
+    # a record names its task; a task file path in its config is not followed
+    elsewhere_task = elsewhere / "taste.yaml"
+    elsewhere_task.write_text((folder / "tasks" / "taste.yaml").read_text().replace("window: 14 days", "window: 7 days"))
+    pointed = json.loads((work / "run" / "record.json").read_text())
+    pointed.update(seed=1, task_spec_hash=find_task("shop", str(elsewhere_task)).spec_hash)
+    pointed["config"].update(task=str(elsewhere_task), seed=1)
+    with pytest.raises(RecordError, match="another version of task shop/taste"):
+        submit_records([("pointed", pointed)], tmp_path / "lb")
 
 
 def test_a_graph_is_named_as_built_when_run_and_when_old_records_are_read(tmp_path, base_record, synthetic_db):

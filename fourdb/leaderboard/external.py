@@ -157,8 +157,6 @@ def external_record(path: str | Path, method: str, dataset: str, task: str, seed
     # a database folder is named by its folder and found again by its absolute path, as a run records it
     folder = Path(dataset).resolve() if dataset not in DATASETS and Path(dataset).is_dir() else None
     where = {"name": folder.name, "path": str(folder)} if folder else {"name": dataset}
-    if task.endswith((".yaml", ".yml")) and Path(task).is_file():
-        task = str(Path(task).resolve())
     return {
         "record_version": SCHEMA_VERSIONS[-1],
         "dataset": where["name"], "task": t.spec.name, "task_spec_hash": t.spec.spec_hash,

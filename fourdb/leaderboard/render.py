@@ -1,12 +1,14 @@
 """Aggregate leaderboard records into boards: mean +- std over seeds, ranks, average ranks, plots.
 
 A board row is one *setting*: a model with its inputs and config (``config_hash``), its seeds
-aggregated. Rows are compared only within one *protocol*: the same dataset parameters (e.g. the
-synthetic database's size). Every run is scored on the whole test split.
+aggregated. Rows are compared only within one *protocol* (the same dataset parameters, e.g. the
+synthetic database's size) and one training *budget* (``budget_label``). Every run is scored on the
+whole test split. Boards may be read from several roots side by side; rows of two roots are never pooled.
 Records made against an earlier version of a task file are kept in the jsonl but not shown.
 A setting with a record made from uncommitted code changes (``git_dirty``) is marked ``*``.
 
-Average ranks, per board family (classification, regression, recommendation), follow one rule (``RANK_RULE``):
+Average ranks, per board family (classification, regression, recommendation) and budget, follow one rule
+(``RANK_RULE``):
 
 * the tasks are the family's tables on the dataset's default parameters, without sanity tasks
   (``sanity: true`` in the task file, e.g. a planted leak that must stay at chance);
@@ -35,8 +37,8 @@ from fourdb.errors import FourdbError
 from fourdb.leaderboard.store import ROOT_FIELD, leaderboard_roots, load_all, record_spec, root_label
 from fourdb.utils import atomic_write_bytes, atomic_write_text
 
-RANK_RULE = ("Average rank, per family: over the family's tasks on each dataset's default parameters, sanity "
-             "tasks left out. A method (a model on one kind of input, its best setting on each task) is ranked "
+RANK_RULE = ("Average rank, per family and training budget: over the family's tasks on each dataset's default "
+             "parameters at that budget, sanity tasks left out. A method (a model on one kind of input, its best setting on each task) is ranked "
              "only if it ran every one of those tasks; on each task the ranked methods are ranked among "
              "themselves (1 best, ties share the better rank) and the ranks are averaged. Methods that ran only "
              "some of the tasks are listed below the table, not ranked.")

@@ -133,13 +133,12 @@ _SPECS: dict[tuple[str, str], object] = {}
 
 
 def task_source(record: dict) -> tuple[str, str]:
-    """(dataset, task) to find a record's task file by, from the record alone: a database folder by the path
-    the run recorded (absolute), else the built-in dataset's name; a task file by its recorded path, else the
-    task's name. Not from the record's dataset name: the folder the command runs in must not matter."""
-    config = record.get("config") or {}
-    dataset = (config.get("dataset") or {}).get("path") or record["dataset"]
-    task = config.get("task")
-    return str(dataset), task if isinstance(task, str) and task.endswith((".yaml", ".yml")) else record["task"]
+    """(dataset, task) to find a record's task by, from the record alone: a database folder by the absolute
+    path its run recorded, else the built-in dataset's name; the task by its name, in that folder's tasks/
+    (held inside the folder) or the built-in tasks. Not the record's dataset name as a folder: where the
+    command runs must not matter; and never a file path of the record's choosing."""
+    path = ((record.get("config") or {}).get("dataset") or {}).get("path")
+    return (path if isinstance(path, str) and Path(path).is_absolute() else record["dataset"]), record["task"]
 
 
 def record_spec(record: dict):
@@ -167,12 +166,12 @@ def as_built(record: dict) -> dict:
     graph = record["inputs"].get("graph")
     if not graph:
         return record
-    dataset = (record.get("config") or {}).get("dataset") or {}
-    params = dataset.get("params") or {}
-    key = (dataset.get("path") or record["dataset"], stable_hash(params), graph)
+    source = task_source(record)[0]
+    params = ((record.get("config") or {}).get("dataset") or {}).get("params") or {}
+    key = (source, stable_hash(params), graph)
     if key not in _BUILT:
         try:
-            folder = dataset.get("path") or dataset_folder(record["dataset"], **params)
+            folder = source if Path(source).is_absolute() else dataset_folder(source, **params)
             _BUILT[key] = built_graph(graph, Database(Schema.load(folder), {}))
         except FourdbError:
             _BUILT[key] = graph
