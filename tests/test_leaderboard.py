@@ -252,8 +252,11 @@ def test_a_graph_is_named_as_built_when_run_and_when_old_records_are_read(tmp_pa
     [flat_board] = aggregate(boards[("flat", "taste")])
     assert list(flat_board["frame"]["inputs"]) == ["graph r2n, recent sampler [10, 10]"]
     assert list(flat_board["frame"]["seeds"]) == [2] and flat_board["frame"]["_test_mean"][0] == pytest.approx(0.7)
+    # in the average ranks, the run stands for the r2n and the r2ne method alike
+    assert list(flat_board["frame"]["_methods"]) == [["sage (graph r2n)", "sage (graph r2ne)"]]
     [synthetic_board] = aggregate(boards[("synthetic", "taste")])
     assert sorted(synthetic_board["frame"]["inputs"].str[:10]) == ["graph r2n,", "graph r2ne"]
+    assert sorted(synthetic_board["frame"]["_methods"].str[0]) == ["sage (graph r2n)", "sage (graph r2ne)"]
     assert "r2ne" in board_path(root, "flat", "taste").read_text()  # the records themselves are not rewritten
 
 

@@ -87,12 +87,17 @@ def link_tables(db: Database) -> set[str]:
     return {t.name for t in db.schema.tables if len(t.foreign_keys) == 2 and t.name not in referenced}
 
 
-def built_graph(kind: str, db: Database) -> str:
-    """The name of the graph ``kind`` builds on ``db``: the first construction (by name) that turns the same
-    tables into edges there. r2ne on a database without link tables builds r2n's graph, and is named r2n,
-    so identical work is one setting on a leaderboard."""
+def same_graphs(kind: str, db: Database) -> list[str]:
+    """The constructions (by name) that build on ``db`` the graph ``kind`` builds: those turning the same
+    tables into edges. On a database without link tables r2n and r2ne build one graph."""
     edges = GRAPHS.get(kind)(db)
-    return next(name for name, make in GRAPHS.items() if make(db) == edges)
+    return [name for name, make in GRAPHS.items() if make(db) == edges]
+
+
+def built_graph(kind: str, db: Database) -> str:
+    """The name of the graph ``kind`` builds on ``db``: the first of ``same_graphs``. r2ne on a database
+    without link tables is named r2n, so identical work is one setting on a leaderboard."""
+    return same_graphs(kind, db)[0]
 
 
 def build_graph(db: Database, kind: str = "r2ne", fit_until=None) -> RelGraph:

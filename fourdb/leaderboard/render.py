@@ -34,11 +34,13 @@ from fourdb.leaderboard.schema import budget_label, protocol_label, setting
 from fourdb.metrics import higher_is_better
 from fourdb.tasks.types import TaskType
 from fourdb.errors import FourdbError
-from fourdb.leaderboard.store import ROOT_FIELD, leaderboard_roots, load_all, record_spec, root_label
+from fourdb.leaderboard.store import ROOT_FIELD, graph_names, leaderboard_roots, load_all, record_spec, root_label
 from fourdb.utils import atomic_write_bytes, atomic_write_text
 
 RANK_RULE = ("Average rank, per family and training budget: over the family's tasks on each dataset's default "
-             "parameters at that budget, sanity tasks left out. A method (a model on one kind of input, its best setting on each task) is ranked "
+             "parameters at that budget, sanity tasks left out. A method (a model on one kind of input, its best "
+             "setting on each task; a run on a graph two constructions build alike, as r2n and r2ne on a database "
+             "without link tables, counts for both) is ranked "
              "only if it ran every one of those tasks; on each task the ranked methods are ranked among "
              "themselves (1 best, ties share the better rank) and the ranks are averaged. Methods that ran only "
              "some of the tasks are listed below the table, not ranked.")
@@ -193,7 +195,9 @@ def aggregate(records: list[dict]) -> list[dict]:
         row["certify"] = certify_cell(rs)
         row["commit"] = commit_cell(rs)
         row["config"] = chash[:8]
-        row["_method"] = f"{model} ({input_kind(rs[0]['inputs'])})" + (f" [{root}]" if root else "")
+        # the methods the row stands for: on a database where r2ne builds r2n's graph, a row is both
+        kinds = [f"graph {g}" for g in graph_names(rs[0])] or [input_kind(rs[0]["inputs"])]
+        row["_methods"] = [f"{model} ({k})" + (f" [{root}]" if root else "") for k in kinds]
         row["_label"], row["_root"] = (model, inputs, root), root
         row["_setting"] = _flat(setting(rs[0]))
         row["_dirty"] = dirty
@@ -277,9 +281,10 @@ def average_ranks(tables: list[dict]) -> dict[tuple[str, str], Ranking]:
         for t in counted:
             sign = -1.0 if higher_is_better(t["metric"]) else 1.0  # smaller is better after the sign
             for _, row in t["frame"].iterrows():
-                have = best.setdefault(row["_method"], {}).get(table_name(t))
-                if have is None or sign * row["_test_mean"] < sign * have[0]:
-                    best[row["_method"]][table_name(t)] = (row["_test_mean"], bool(row["_dirty"]))
+                for method in row["_methods"]:
+                    have = best.setdefault(method, {}).get(table_name(t))
+                    if have is None or sign * row["_test_mean"] < sign * have[0]:
+                        best[method][table_name(t)] = (row["_test_mean"], bool(row["_dirty"]))
         tasks = [table_name(t) for t in counted]
         ranked = sorted(m for m, done in best.items() if len(done) == len(tasks))
         ranks: dict[str, dict[str, int]] = {m: {} for m in ranked}

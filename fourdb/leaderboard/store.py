@@ -151,31 +151,39 @@ def record_spec(record: dict):
     return _SPECS[key]
 
 
-_BUILT: dict[tuple, str] = {}
+_SAME: dict[tuple, list[str]] = {}
 
 
-def as_built(record: dict) -> dict:
-    """``record`` with its graph named as built (``fourdb.graph.built_graph``): records made before runs
-    said so name the graph asked for, r2ne where a database without link tables built r2n. Reads the
-    database's schema (a built-in dataset is built once, if not cached); a database no longer at hand
-    keeps the name its record gives."""
+def graph_names(record: dict) -> list[str]:
+    """The graph constructions that build, on the record's database, the graph its run built (``same_graphs``);
+    empty for a run without a graph. Reads the database's schema (a built-in dataset is built once, if not
+    cached); for a database no longer at hand, the name its record gives."""
     from fourdb.datasets import dataset_folder
-    from fourdb.graph import built_graph
+    from fourdb.graph import same_graphs
     from fourdb.rdb import Database, Schema
 
     graph = record["inputs"].get("graph")
     if not graph:
-        return record
+        return []
     source = task_source(record)[0]
     params = ((record.get("config") or {}).get("dataset") or {}).get("params") or {}
     key = (source, stable_hash(params), graph)
-    if key not in _BUILT:
+    if key not in _SAME:
         try:
             folder = source if Path(source).is_absolute() else dataset_folder(source, **params)
-            _BUILT[key] = built_graph(graph, Database(Schema.load(folder), {}))
+            _SAME[key] = same_graphs(graph, Database(Schema.load(folder), {}))
         except FourdbError:
-            _BUILT[key] = graph
-    record = {**record, "inputs": {**record["inputs"], "graph": _BUILT[key]}}
+            _SAME[key] = [graph]
+    return _SAME[key]
+
+
+def as_built(record: dict) -> dict:
+    """``record`` with its graph named as built (``fourdb.graph.built_graph``): records made before runs
+    said so name the graph asked for, r2ne where a database without link tables built r2n."""
+    names = graph_names(record)
+    if not names:
+        return record
+    record = {**record, "inputs": {**record["inputs"], "graph": names[0]}}
     record["config_hash"] = config_hash(record)
     return record
 
