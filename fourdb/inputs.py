@@ -15,7 +15,7 @@ from fourdb.features import TableData, build_table_features
 from fourdb.features.interactions import RecData, rec_data
 from fourdb.features.labels import label_data
 from fourdb.features.pairs import pair_data
-from fourdb.graph import build_graph
+from fourdb.graph import build_graph, built_graph
 from fourdb.graph.build import fk_relations
 from fourdb.tasks import Task
 from fourdb.tasks.checks import refuse_nothing_to_learn
@@ -103,10 +103,10 @@ def run_inputs(cfg: DictConfig, db, task: Task, splits: dict, kind: str):
     if task.spec.task_type.is_ranking:
         data = rec_inputs(cfg, db, task, splits, kind)
         label = {"features": cfg.features.name} if kind == "pairs" else {"features": "history"} \
-            if kind == "interactions" else graph_label(cfg)
+            if kind == "interactions" else graph_label(cfg, db)
         return data, label
     if kind == "graph":
-        return graph_inputs(cfg, db, task, splits), graph_label(cfg)
+        return graph_inputs(cfg, db, task, splits), graph_label(cfg, db)
     if kind == "labels":
         return label_data(task, splits), {"features": "labels"}
     return table_inputs(cfg, db, task, splits), {"features": cfg.features.name}
@@ -132,5 +132,6 @@ def log_columns(cfg: DictConfig, db, task: Task, kind: str, encoders: dict | Non
         log.info("%s", line)
 
 
-def graph_label(cfg: DictConfig) -> dict:
-    return {"graph": cfg.graph.name, "sampler": dict(cfg.sampler), "engine": dict(cfg.engine) if cfg.get("engine") else None}
+def graph_label(cfg: DictConfig, db) -> dict:
+    """How the run record names a graph run's inputs: the graph as built on ``db`` (see ``built_graph``)."""
+    return {"graph": built_graph(cfg.graph.name, db), "sampler": dict(cfg.sampler), "engine": dict(cfg.engine) if cfg.get("engine") else None}

@@ -47,8 +47,8 @@ class PreparedRun:
                 data, shared = ddp.shared_inputs(lambda: graph_inputs(cfg, self.seen, self.task, self.splits),
                                                  folder, ctx, key)
                 data.engine = graph_engine(cfg)
-                return data, graph_label(cfg), shared
-            return graph_inputs(cfg, self.seen, self.task, self.splits), graph_label(cfg), None
+                return data, graph_label(cfg, self.seen), shared
+            return graph_inputs(cfg, self.seen, self.task, self.splits), graph_label(cfg, self.seen), None
         data, label = run_inputs(cfg, self.seen, self.task, self.splits, self.model.input_kind)
         return data, label, None
 

@@ -110,6 +110,17 @@ def warn_if_trivial_wins(model: str, metric: str, metrics: dict, trivial: dict) 
                     metric, score, best[1])
 
 
+def recorded_config(cfg: DictConfig) -> dict:
+    """The resolved config, a database folder and a task file as absolute paths: the record finds what it
+    ran on wherever it is later read from (``fourdb leaderboard submit`` in any folder)."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    if config["dataset"].get("path"):
+        config["dataset"]["path"] = str(Path(config["dataset"]["path"]).resolve())
+    if str(config.get("task")).endswith((".yaml", ".yml")) and Path(config["task"]).is_file():
+        config["task"] = str(Path(config["task"]).resolve())
+    return config
+
+
 def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict | None:
     """The run record (written to ``out_dir/record.json``). Inside a torchrun worker every rank trains
     and evaluates its share; rank 0 writes the record and the other ranks return None."""
@@ -152,7 +163,7 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
         "peak_memory_mb": peak_mb,
         "nproc": ctx.world,
         **model.report(),  # history, engine
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": recorded_config(cfg),
         **environment(),
     }
     if cfg.certify.enabled and not ctx.distributed:

@@ -161,12 +161,41 @@ def cache_root() -> Path:
     return Path(os.environ.get("FOURDB_CACHE", Path.cwd() / ".fourdb_cache"))
 
 
+# the code a result depends on: a new file here that is not committed makes a record's commit not the code that ran
+SOURCE_FOLDERS = ("fourdb", "conf", "tasks")
+
+
+def git_state(folder: str | Path) -> tuple[str | None, bool | None]:
+    """(HEAD commit, whether the code differs from it) of the checkout holding ``folder``; (None, None) outside one.
+
+    Code differs when a tracked file outside ``leaderboards/`` changed, or a file under ``SOURCE_FOLDERS``
+    is untracked and not ignored (a model added as a new file).
+    """
+    import subprocess
+
+    def git(*args):
+        try:
+            p = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return p.stdout.strip() if p.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD") or None
+    if commit is None:
+        return None, None
+    # leaderboards/ holds results, not code: runs that submit as they go would otherwise mark the next ones dirty
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)leaderboards")
+    untracked = git("ls-files", "--others", "--exclude-standard", "--", *(f":(top){d}" for d in SOURCE_FOLDERS))
+    if changed is None or untracked is None:
+        return commit, None
+    return commit, bool(changed or untracked)
+
+
 def environment(packages: tuple[str, ...], gpu: str | None = None) -> dict:
-    """Package versions, git commit (and whether tracked files differ from it) and hardware, as a record
-    of where a result was computed. ``git_dirty`` is None outside a git checkout."""
+    """Package versions, git commit (and whether the code differs from it, see ``git_state``) and hardware, as
+    a record of where a result was computed. ``git_dirty`` is None outside a git checkout."""
     import os
     import platform
-    import subprocess
     from importlib import metadata
 
     def version(pkg):
@@ -175,19 +204,8 @@ def environment(packages: tuple[str, ...], gpu: str | None = None) -> dict:
         except metadata.PackageNotFoundError:
             return None
 
-    def git(*args):
-        try:
-            p = subprocess.run(["git", *args], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return p.stdout.strip() if p.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD") or None
-    # leaderboards/ holds results, not code: runs that submit as they go would otherwise mark the next ones dirty
-    status = git("status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)leaderboards") \
-        if commit else None
-    return {"packages": {p: version(p) for p in packages}, "git_commit": commit,
-            "git_dirty": None if status is None else bool(status),
+    commit, dirty = git_state(Path(__file__).parent)
+    return {"packages": {p: version(p) for p in packages}, "git_commit": commit, "git_dirty": dirty,
             "hardware": {"platform": platform.platform(), "cpus": os.cpu_count(), "gpu": gpu}}
 
 

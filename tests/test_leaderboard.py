@@ -19,10 +19,11 @@ from fourdb.leaderboard import RecordError, config_hash, read_board, submit_reco
 from fourdb.leaderboard.external import external_record, load_test_split
 from fourdb.leaderboard.render import DUCKDB_SQL, render, show
 from fourdb.leaderboard.store import board_path
-from fourdb.tasks import find_task
+from fourdb.tasks import TASKS_DIR, find_task
 
 SMALL = ["dataset=synthetic", "dataset.params.size=150", "task=taste", "trainer.progress=false"]
 REPO = Path(__file__).resolve().parents[1]
+ALL = "train all / val all seeds"  # the budget of runs that set neither max_train_seeds nor max_val_seeds
 
 
 def fourdb(*args, cwd, env=None):
@@ -172,6 +173,93 @@ def test_submitter_killed_mid_write_leaves_valid_file(tmp_path, base_record):
     assert not list(path.parent.glob(f".{path.name}.*.tmp"))
 
 
+def test_submit_finds_a_folder_database_from_any_working_directory(tmp_path, monkeypatch, synthetic_db):
+    """A run on a database folder given by a relative path is submitted, shown and scored from a folder that
+    has nothing to do with it: the record's absolute path of the folder finds its task, not the cwd."""
+    import shutil
+
+    from fourdb.rdb import write_database
+    from fourdb.run import run_experiment
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    folder = write_database(work / "shop", synthetic_db.schema, synthetic_db.tables)
+    (folder / "tasks").mkdir()
+    shutil.copy(TASKS_DIR / "synthetic" / "taste.yaml", folder / "tasks" / "taste.yaml")
+    monkeypatch.chdir(work)
+    record = run_experiment(config("dataset=folder", "dataset.path=shop", "dataset.name=shop", "task=taste",
+                                   "model=gbdt", "trainer.progress=false"), "run")
+    assert record["config"]["dataset"]["path"] == str(folder.resolve())
+    task, test = load_test_split("shop", "taste")
+    preds = tmp_path / "preds.csv"
+    pd.DataFrame({"entity": test["entity"], "cutoff": test["cutoff"].dt.strftime("%Y-%m-%d %H:%M:%S"),
+                  "prediction": 0.5}).to_csv(preds, index=False)
+    external = external_record(preds, "coin", "shop", "taste")
+    assert external["dataset"] == "shop" and external["config"]["dataset"]["path"] == str(folder.resolve())
+    monkeypatch.chdir(elsewhere)
+    submit_records([("coin", external)], tmp_path / "lb")
+    p = fourdb("leaderboard", "submit", str(work / "run"), "--root", str(tmp_path / "lb"), cwd=elsewhere)
+    assert p.returncode == 0, p.stderr
+    assert "submitted 1 record(s)" in p.stdout
+    text = show("shop", "taste", tmp_path / "lb")
+    assert "gbdt" in text and "coin" in text and "earlier version" not in text
+    assert find_task(str(folder), "taste").spec_hash in text  # the task file was found, not left unchecked
+    # a record names its task; a task file path in its config is not followed
+    elsewhere_task = elsewhere / "taste.yaml"
+    elsewhere_task.write_text((folder / "tasks" / "taste.yaml").read_text().replace("window: 14 days", "window: 7 days"))
+    pointed = json.loads((work / "run" / "record.json").read_text())
+    pointed.update(seed=1, task_spec_hash=find_task("shop", str(elsewhere_task)).spec_hash)
+    pointed["config"].update(task=str(elsewhere_task), seed=1)
+    with pytest.raises(RecordError, match="another version of task shop/taste"):
+        submit_records([("pointed", pointed)], tmp_path / "lb")
+
+
+def test_a_graph_is_named_as_built_when_run_and_when_old_records_are_read(tmp_path, base_record, synthetic_db):
+    """r2ne on a database without link tables builds r2n's graph: the run says r2n, and older records that
+    say r2ne are read as r2n, so the same work is one row; where link tables exist the two stay apart."""
+    import yaml
+
+    from fourdb.inputs import graph_label
+    from fourdb.leaderboard.render import aggregate
+    from fourdb.leaderboard.store import load_all
+    from fourdb.rdb import Database, Schema
+
+    schema = synthetic_db.schema.to_dict()
+    schema["tables"] = [t for t in schema["tables"] if t["name"] != "purchases"]  # its one link table
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "schema.yaml").write_text(yaml.safe_dump(schema, sort_keys=False))
+    no_links = Database(Schema.load(flat), {})
+    assert graph_label(config(*SMALL, "graph=r2ne"), no_links)["graph"] == "r2n"
+    assert graph_label(config(*SMALL, "graph=r2ne"), synthetic_db)["graph"] == "r2ne"
+
+    def old_record(dataset, seed, graph, test):
+        r = variant(base_record, seed, model="sage", test=test)
+        r["dataset"] = dataset
+        r["inputs"] = {"graph": graph, "sampler": {"strategy": "recent", "fanouts": [10, 10]}}
+        r["config"]["graph"] = {"kind": graph}  # as records said before graph.kind became graph.name
+        r["config_hash"] = f"hash of {graph}"  # stored by the code of the time
+        if dataset == "flat":
+            r["config"]["dataset"] = {"name": "flat", "path": str(flat), "params": {}}
+        return r
+
+    root = tmp_path / "lb"
+    for dataset in ("flat", "synthetic"):
+        lines = [json.dumps(old_record(dataset, 0, "r2ne", 0.8)), json.dumps(old_record(dataset, 1, "r2n", 0.6))]
+        board_path(root, dataset, "taste").parent.mkdir(parents=True)
+        board_path(root, dataset, "taste").write_text("\n".join(lines) + "\n")
+    boards = load_all(root)
+    [flat_board] = aggregate(boards[("flat", "taste")])
+    assert list(flat_board["frame"]["inputs"]) == ["graph r2n, recent sampler [10, 10]"]
+    assert list(flat_board["frame"]["seeds"]) == [2] and flat_board["frame"]["_test_mean"][0] == pytest.approx(0.7)
+    # in the average ranks, the run stands for the r2n and the r2ne method alike
+    assert list(flat_board["frame"]["_methods"]) == [["sage (graph r2n)", "sage (graph r2ne)"]]
+    [synthetic_board] = aggregate(boards[("synthetic", "taste")])
+    assert sorted(synthetic_board["frame"]["inputs"].str[:10]) == ["graph r2n,", "graph r2ne"]
+    assert sorted(synthetic_board["frame"]["_methods"].str[0]) == ["sage (graph r2n)", "sage (graph r2ne)"]
+    assert "r2ne" in board_path(root, "flat", "taste").read_text()  # the records themselves are not rewritten
+
+
 # ---- external predictions -----------------------------------------------------------------------
 
 
@@ -286,8 +374,9 @@ def test_render_writes_readme_with_mean_std_ranks_and_plots(filled_root):
             in readme)  # a table on other dataset parameters is not in the average ranks
     assert "read_json_auto('leaderboards/*/*.jsonl')" in readme
     plots = sorted(p.name for p in (filled_root / "plots").glob("*.png"))
-    assert plots == ["nycflights13__arrival-delay.png", "regression_average_rank.png",
-                     "synthetic__taste__size-150.png"]
+    assert plots == ["nycflights13__arrival-delay__train-all-val-all-seeds.png",
+                     "regression_average_rank__train-all-val-all-seeds.png",
+                     "synthetic__taste__size-150__train-all-val-all-seeds.png"]
     for name in plots:
         assert f"(plots/{name})" in readme
         assert (filled_root / "plots" / name).read_bytes()[:4] == b"\x89PNG"
@@ -317,7 +406,7 @@ def test_show_prints_one_board(filled_root, tmp_path):
     p = fourdb("leaderboard", "show", "synthetic", "taste", "--root", str(filled_root), cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    assert lines[0] == "synthetic / taste [size=150]"
+    assert lines[0] == "synthetic / taste [size=150] (train all / val all seeds)"
     assert "0.9100 ± 0.0141" in p.stdout and "0.7000 ± 0.1000" in p.stdout and "arrival-delay" not in p.stdout
     with pytest.raises(FourdbError, match="no results for synthetic/leak"):
         show("synthetic", "leak", filled_root)
@@ -362,9 +451,11 @@ def test_record_carries_database_fingerprint_and_git_state(base_record, tmp_path
     db = load_dataset("synthetic", size=150)
     assert base_record["database_fingerprint"] == database_fingerprint(db)
     assert len(base_record["database_fingerprint"]) == 16
-    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)",
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", ":(top)",
                              ":(top,exclude)leaderboards"], cwd=REPO, capture_output=True, text=True).stdout
-    assert base_record["git_dirty"] is bool(status.strip())
+    code = [line for line in status.splitlines()
+            if not line.startswith("??") or line[3:].startswith(("fourdb/", "conf/", "tasks/"))]
+    assert base_record["git_dirty"] is bool(code)
     # another database under the same name: another fingerprint; the same content in memory: its own
     assert database_fingerprint(load_dataset("synthetic", size=160)) != base_record["database_fingerprint"]
     folder = write_database(tmp_path / "shop", db.schema, db.tables)
@@ -376,6 +467,38 @@ def test_record_carries_database_fingerprint_and_git_state(base_record, tmp_path
     write_database(folder, db.schema, {**db.tables, "users": users})
     assert database_fingerprint(Database.load(folder)) != before
     assert database_fingerprint(Database(db.schema, {**db.tables, "users": users})) != database_fingerprint(memory)
+
+
+def test_git_dirty_counts_new_source_files_but_not_results_or_ignored_files(tmp_path):
+    """A model added as a new file is code the commit does not hold; new results, outputs and ignored files
+    are not code."""
+    from fourdb.utils import git_state
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    assert git_state(tmp_path) == (None, None)  # not a checkout
+    git("init", "-q")
+    for name in ("fourdb/model.py", "conf/model/a.yaml", "tasks/d/t.yaml", "leaderboards/d/t.jsonl", ".gitignore"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("*.pyc\n" if name == ".gitignore" else "x\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "start")
+    commit, dirty = git_state(tmp_path / "fourdb")
+    assert len(commit) == 40 and dirty is False
+    clean = ["fourdb/cache.pyc", "outputs/run/record.json", "leaderboards/d/new.jsonl", "notes.txt"]
+    for name in clean:  # ignored, outside the source folders, or results
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x\n")
+    (tmp_path / "leaderboards/d/t.jsonl").write_text("y\n")
+    assert git_state(tmp_path) == (commit, False)
+    for name in ("fourdb/models/new_model.py", "conf/model/new.yaml", "tasks/d/new.yaml"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x\n")
+        assert git_state(tmp_path) == (commit, True), name
+        (tmp_path / name).unlink()
+    (tmp_path / "fourdb/model.py").write_text("changed\n")
+    assert git_state(tmp_path) == (commit, True)
 
 
 def test_databases_that_differ_under_one_name_are_refused(tmp_path, base_record):
@@ -440,7 +563,8 @@ def test_average_ranks_leave_out_sanity_tasks_and_rank_over_common_tasks(tmp_pat
     records.append(task_record(base_record, "synthetic", "purchase-count", "B", 2.0))
     submit(tmp_path, *records)
     ranks = average_ranks(all_tables(tmp_path))
-    cls = ranks["classification"]
+    assert list(ranks) == [("classification", ALL), ("regression", ALL)]
+    cls = ranks[("classification", ALL)]
     assert cls.tasks == ["lahman/hall-of-fame", "nycflights13/late-arrival", "synthetic/taste"]
     assert sorted(cls.left_out) == ["synthetic/leak (sanity task)", "synthetic/taste [size=150]"]
     got = [tuple(row) for row in cls.frame[["method", "average rank", "ranks"]].itertuples(index=False)]
@@ -450,13 +574,103 @@ def test_average_ranks_leave_out_sanity_tasks_and_rank_over_common_tasks(tmp_pat
         ("C (single_table)", "2.33", "lahman/hall-of-fame: 1, nycflights13/late-arrival: 3, synthetic/taste: 3"),
     ]
     assert cls.unranked_lines() == ["D (single_table): not ranked: ran only 2 of the 3 tasks (not lahman/hall-of-fame)"]
-    reg = ranks["regression"]  # lower MAE is better
+    reg = ranks[("regression", ALL)]  # lower MAE is better
     assert [tuple(r) for r in reg.frame[["method", "average rank"]].itertuples(index=False)] == \
         [("B (single_table)", "1.00"), ("A (single_table)", "2.00")]
     readme = render(tmp_path).read_text()
     assert "- D (single_table): not ranked: ran only 2 of the 3 tasks (not lahman/hall-of-fame)" in readme
     assert "sanity tasks left out" in readme and "is ranked only if it ran every one of those tasks" in readme
     assert "a sanity task, left out of the average ranks" in readme
+
+
+def budgeted(record, train, val):
+    r = copy.deepcopy(record)
+    r["config"]["max_train_seeds"], r["config"]["max_val_seeds"] = train, val
+    return r
+
+
+def test_a_budget_is_its_own_board_and_its_own_average_rank(tmp_path, base_record):
+    """The same model and inputs at two training budgets are two boards and two rankings, never one row,
+    one rank or one average rank."""
+    from fourdb.leaderboard.render import all_tables, average_ranks
+
+    capped = "train 50 / val 30 seeds"
+    records = [task_record(base_record, "synthetic", "taste", "A", v, seed=s) for s, v in enumerate((0.9, 0.8))]
+    records += [budgeted(task_record(base_record, "synthetic", "taste", "A", v, seed=s), 50, 30)
+                for s, v in enumerate((0.6, 0.5))]
+    records += [task_record(base_record, "synthetic", "taste", "B", 0.7)]
+    submit(tmp_path, *records)
+    tables = all_tables(tmp_path)
+    assert [(t["budget"], list(t["frame"]["model"]), list(t["frame"]["rank"])) for t in tables] == \
+        [(ALL, ["A", "B"], [1, 2]), (capped, ["A"], [1])]
+    assert [t["frame"]["_test_mean"][0] for t in tables] == pytest.approx([0.85, 0.55])  # never pooled to 0.7
+    ranks = average_ranks(tables)
+    assert list(ranks) == [("classification", ALL), ("classification", capped)]
+    assert list(ranks[("classification", capped)].frame["method"]) == ["A (single_table)"]
+    readme = render(tmp_path).read_text()
+    assert "## synthetic / taste (train all / val all seeds)" in readme
+    assert "## synthetic / taste (train 50 / val 30 seeds)" in readme
+    assert "## Classification: average rank (train 50 / val 30 seeds)" in readme
+    text = show("synthetic", "taste", tmp_path)
+    assert [line for line in text.splitlines() if line.startswith("synthetic")] == ["synthetic / taste (train all / val all seeds)",
+                                                  "synthetic / taste (train 50 / val 30 seeds)"]
+
+
+def test_a_row_shows_what_sets_it_apart_its_epochs_certify_verdict_and_commit(tmp_path, base_record):
+    def sage(seed, epochs, ran, certify=None, commit="1111111aaaa"):
+        r = variant(base_record, seed, model="sage")
+        r["inputs"] = {"graph": "r2n", "sampler": {"strategy": "recent", "fanouts": [10, 10]}}
+        r["config"]["trainer"]["epochs"] = epochs
+        r["history"] = [{"epoch": i + 1, "loss": 1.0} for i in range(ran)]
+        r["git_commit"] = commit
+        if certify is not None:
+            r["certify"] = {"passed": certify, "checks": []}
+        return r
+
+    submit(tmp_path, sage(0, 10, 4, certify=True), sage(1, 10, 6, certify=True), sage(0, 20, 20, certify=False),
+           sage(1, 20, 20, commit="2222222bbbb"), variant(base_record, 0))
+    [t] = aggregate_of(tmp_path)
+    patience = base_record["config"]["trainer"]["patience"]
+    rows = {(r.model, r.setting): r for r in t["frame"].itertuples()}
+    ten, twenty = rows[("sage", "trainer.epochs=10")], rows[("sage", "trainer.epochs=20")]
+    assert (ten.epochs, ten.certify, ten.commit) == (f"4-6 of 10, patience {patience}", "passed", "1111111")
+    assert (twenty.epochs, twenty.certify, twenty.commit) == \
+        (f"20 of 20, patience {patience}", "FAILED 1, not run 1", "1111111, 2222222")
+    gbdt = rows[("gbdt", "")]  # one setting of its label: nothing to set apart; no epoch trainer
+    assert (gbdt.epochs, gbdt.certify) == ("-", "not run")
+    text = show("synthetic", "taste", tmp_path)
+    assert "trainer.epochs=20" in text and "FAILED 1, not run 1" in text and "certify" in text
+    assert "| trainer.epochs=10 |" in render(tmp_path).read_text()
+
+
+def aggregate_of(root):
+    from fourdb.leaderboard.render import all_tables
+
+    return all_tables(root)
+
+
+def test_boards_of_several_roots_side_by_side(tmp_path, base_record):
+    """A researcher's own root read beside another: rows say which root they come from, share the board's
+    ranks, and are never pooled with the other root's rows of the same setting."""
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    submit(theirs, *(variant(base_record, s, test=v) for s, v in ((0, 0.6), (1, 0.7))))
+    submit(mine, variant(base_record, 0, test=0.9), variant(base_record, 0, model="new", test=0.95))
+    text = show("synthetic", "taste", [mine, theirs])
+    lines = text.splitlines()
+    header = lines[3]
+    assert "root" in header.split()
+    rows = [line.split() for line in lines[4:]]
+    assert [(r[0], r[1], r[3]) for r in rows] == [("1", "new", str(mine)), ("2", "gbdt", str(mine)),
+                                                 ("3", "gbdt", str(theirs))]
+    p = fourdb("leaderboard", "show", "synthetic", "taste", "--root", str(mine), "--root", str(theirs), cwd=tmp_path)
+    assert p.returncode == 0 and p.stdout.strip() == text, p.stderr
+    readme = render([mine, theirs]).read_text()
+    assert (mine / "README.md").exists() and not (theirs / "README.md").exists()
+    assert f"| 3 | gbdt | single_table | {theirs} |" in readme
+    # the committed boards beside one's own: rows from both, the committed ones labelled so
+    p = fourdb("leaderboard", "show", "synthetic", "taste", "--root", str(mine), "--with-committed", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert " committed " in p.stdout and str(mine) in p.stdout and "new" in p.stdout
 
 
 def test_engine_auto_records_the_mode_that_ran(tmp_path):

@@ -32,8 +32,9 @@ def test_dataset_guide_runs(monkeypatch):
     assert "dropped: key" in text and "entity in train" in text  # the column report and the task's statistics
 
 
-def test_leaderboard_analysis_runs(monkeypatch, tmp_path):
-    from fourdb.leaderboard import submit_records
+@pytest.fixture(scope="module")
+def family_records():
+    """Records of two families: classification (gbdt, 3 seeds) and recommendation (repeat)."""
     from fourdb.run import run_experiment
 
     overrides = ["dataset=synthetic", "dataset.params.size=150", "task=taste", "model=gbdt", "trainer.progress=false"]
@@ -45,11 +46,20 @@ def test_leaderboard_analysis_runs(monkeypatch, tmp_path):
         records.append((f"seed {seed}", r))
     rec = json.loads(json.dumps(run_experiment(config("dataset=browsing", "dataset.params.size=150", "task=next-views",
                                                       "model=repeat")), default=str))
-    records.append(("repeat", rec))
-    submit_records(records, tmp_path)
+    return {"classification": records, "recommendation": [("repeat", rec)]}
+
+
+@pytest.mark.parametrize("families", [("classification", "recommendation"), ("classification",), ("recommendation",)])
+def test_leaderboard_analysis_runs(monkeypatch, tmp_path, family_records, families):
+    """On a root holding any of the families, not only on one holding every family."""
+    from fourdb.leaderboard import submit_records
+
+    submit_records([r for f in families for r in family_records[f]], tmp_path)
     monkeypatch.setenv("FOURDB_LEADERBOARDS", str(tmp_path))
     nb = execute("leaderboard_analysis.ipynb")
     assert len(outputs(nb, "image/png")) == 2
-    assert "2 boards under" in json.dumps(nb.cells[1]["outputs"])
+    assert f"{len(families)} boards under" in json.dumps(nb.cells[1]["outputs"])
     board = json.dumps(next(c for c in nb.cells if "show(" in "".join(c.source))["outputs"])
-    assert "browsing / next-views" in board and "repeat" in board and "test map" in board
+    for family, title, model, metric in (("classification", "synthetic / taste [size=150]", "gbdt", "test auroc"),
+                                         ("recommendation", "browsing / next-views [size=150]", "repeat", "test map")):
+        assert (title in board and model in board and metric in board) == (family in families), family

@@ -1,4 +1,4 @@
 """Relational database -> DGL heterograph, one registry of constructions (r2n, r2ne)."""
-from fourdb.graph.build import GRAPHS, RelGraph, build_graph
+from fourdb.graph.build import GRAPHS, RelGraph, build_graph, built_graph, same_graphs
 
-__all__ = ["GRAPHS", "RelGraph", "build_graph"]
+__all__ = ["GRAPHS", "RelGraph", "build_graph", "built_graph", "same_graphs"]

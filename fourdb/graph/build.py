@@ -87,6 +87,19 @@ def link_tables(db: Database) -> set[str]:
     return {t.name for t in db.schema.tables if len(t.foreign_keys) == 2 and t.name not in referenced}
 
 
+def same_graphs(kind: str, db: Database) -> list[str]:
+    """The constructions (by name) that build on ``db`` the graph ``kind`` builds: those turning the same
+    tables into edges. On a database without link tables r2n and r2ne build one graph."""
+    edges = GRAPHS.get(kind)(db)
+    return [name for name, make in GRAPHS.items() if make(db) == edges]
+
+
+def built_graph(kind: str, db: Database) -> str:
+    """The name of the graph ``kind`` builds on ``db``: the first of ``same_graphs``. r2ne on a database
+    without link tables is named r2n, so identical work is one setting on a leaderboard."""
+    return same_graphs(kind, db)[0]
+
+
 def build_graph(db: Database, kind: str = "r2ne", fit_until=None) -> RelGraph:
     """The graph of ``db``; every column encoder is fitted on the rows known by ``fit_until`` (a task's
     validation start: no scale or vocabulary comes from later rows; None fits on every row)."""

@@ -62,17 +62,23 @@ def _template(args) -> int:
     return 0
 
 
+def _roots(args) -> list:
+    from fourdb.leaderboard.store import committed_root
+
+    return (args.root or [None]) + ([committed_root()] if args.with_committed else [])
+
+
 def _render(args) -> int:
     from fourdb.leaderboard.render import render
 
-    print(f"wrote {render(args.root)}")
+    print(f"wrote {render(_roots(args))}")
     return 0
 
 
 def _show(args) -> int:
     from fourdb.leaderboard.render import show
 
-    print(show(args.dataset, args.task, args.root))
+    print(show(args.dataset, args.task, _roots(args)))
     return 0
 
 
@@ -81,6 +87,12 @@ def add_parser(sub) -> None:
     cmds = lb.add_subparsers(dest="leaderboard_command", required=True)
     root = argparse.ArgumentParser(add_help=False)
     root.add_argument("--root", help="leaderboards folder (default: $FOURDB_LEADERBOARDS or ./leaderboards)")
+    roots = argparse.ArgumentParser(add_help=False)
+    roots.add_argument("--root", action="append",
+                       help="leaderboards folder (default: $FOURDB_LEADERBOARDS or ./leaderboards); repeat it to read "
+                            "several side by side, each row saying which it comes from")
+    roots.add_argument("--with-committed", action="store_true",
+                       help="also read the boards committed with fourdb (leaderboards/ of its source checkout)")
     data = argparse.ArgumentParser(add_help=False)
     data.add_argument("--dataset-param", action="append", metavar="KEY=VALUE",
                       help="a built-in dataset parameter, e.g. size=150 (repeatable)")
@@ -103,10 +115,11 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, metavar="FILE.csv")
     p.set_defaults(func=_template)
 
-    p = cmds.add_parser("render", parents=[root], help="write README.md and plots/ from the boards")
+    p = cmds.add_parser("render", parents=[roots],
+                        help="write README.md and plots/ from the boards (into the first --root)")
     p.set_defaults(func=_render)
 
-    p = cmds.add_parser("show", parents=[root], help="print one board")
+    p = cmds.add_parser("show", parents=[roots], help="print one board")
     p.add_argument("dataset")
     p.add_argument("task")
     p.set_defaults(func=_show)

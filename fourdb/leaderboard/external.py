@@ -148,18 +148,23 @@ def external_record(path: str | Path, method: str, dataset: str, task: str, seed
 
     if not method or not method.strip():
         raise RecordError("--method: give the method a name")
+    from fourdb.datasets import DATASETS
+
     db, t, test = _load(dataset, task, params)
     preds = read_predictions(path, t, test)
     metrics = evaluate(t.spec.metrics, test["label"].to_numpy(), preds, t.split("train")["label"].to_numpy())
     n = int(len(test))
+    # a database folder is named by its folder and found again by its absolute path, as a run records it
+    folder = Path(dataset).resolve() if dataset not in DATASETS and Path(dataset).is_dir() else None
+    where = {"name": folder.name, "path": str(folder)} if folder else {"name": dataset}
     return {
         "record_version": SCHEMA_VERSIONS[-1],
-        "dataset": dataset, "task": t.spec.name, "task_spec_hash": t.spec.spec_hash,
+        "dataset": where["name"], "task": t.spec.name, "task_spec_hash": t.spec.spec_hash,
         "database_fingerprint": database_fingerprint(db), "task_type": t.spec.task_type, "metric": t.spec.metric,
         "model": method.strip(), "inputs": {"external": True}, "seed": int(seed),
         "metrics": {"test": metrics}, "num_seeds": {"test": n}, "num_seeds_available": {"test": n},
         "wall_seconds": None, "peak_memory_mb": None,
-        "config": {"dataset": {"name": dataset, "params": resolved_params(dataset, params)}, "task": task,
+        "config": {"dataset": {**where, "params": resolved_params(dataset, params)}, "task": task,
                    "model": {"name": method.strip()}, "external": True, "seed": int(seed)},
         "external": True,
         "predictions_sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),

@@ -1,12 +1,14 @@
 """Aggregate leaderboard records into boards: mean +- std over seeds, ranks, average ranks, plots.
 
 A board row is one *setting*: a model with its inputs and config (``config_hash``), its seeds
-aggregated. Rows are compared only within one *protocol*: the same dataset parameters (e.g. the
-synthetic database's size). Every run is scored on the whole test split.
+aggregated. Rows are compared only within one *protocol* (the same dataset parameters, e.g. the
+synthetic database's size) and one training *budget* (``budget_label``). Every run is scored on the
+whole test split. Boards may be read from several roots side by side; rows of two roots are never pooled.
 Records made against an earlier version of a task file are kept in the jsonl but not shown.
 A setting with a record made from uncommitted code changes (``git_dirty``) is marked ``*``.
 
-Average ranks, per board family (classification, regression, recommendation), follow one rule (``RANK_RULE``):
+Average ranks, per board family (classification, regression, recommendation) and budget, follow one rule
+(``RANK_RULE``):
 
 * the tasks are the family's tables on the dataset's default parameters, without sanity tasks
   (``sanity: true`` in the task file, e.g. a planted leak that must stay at chance);
@@ -28,14 +30,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fourdb.leaderboard.schema import protocol_label
+from fourdb.leaderboard.schema import budget_label, protocol_label, setting
 from fourdb.metrics import higher_is_better
 from fourdb.tasks.types import TaskType
-from fourdb.leaderboard.store import current_spec_hash, leaderboard_root, load_all, task_spec
+from fourdb.errors import FourdbError
+from fourdb.leaderboard.store import ROOT_FIELD, graph_names, leaderboard_roots, load_all, record_spec, root_label
 from fourdb.utils import atomic_write_bytes, atomic_write_text
 
-RANK_RULE = ("Average rank, per family: over the family's tasks on each dataset's default parameters, sanity "
-             "tasks left out. A method (a model on one kind of input, its best setting on each task) is ranked "
+RANK_RULE = ("Average rank, per family and training budget: over the family's tasks on each dataset's default "
+             "parameters at that budget, sanity tasks left out. A method (a model on one kind of input, its best "
+             "setting on each task; a run on a graph two constructions build alike, as r2n and r2ne on a database "
+             "without link tables, counts for both) is ranked "
              "only if it ran every one of those tasks; on each task the ranked methods are ranked among "
              "themselves (1 best, ties share the better rank) and the ranks are averaged. Methods that ran only "
              "some of the tasks are listed below the table, not ranked.")
@@ -92,36 +97,86 @@ def fmt_mean_std(mean: float, std: float, digits: int = 4) -> str:
     return f"{mean:.{digits}f} ± {std:.{digits}f}" if not math.isnan(std) else f"{mean:.{digits}f} (1 seed)"
 
 
-def aggregate(records: list[dict]) -> list[dict]:
-    """Board tables of one (dataset, task): one per protocol, each a frame of ranked settings.
+def budget_order(record: dict) -> tuple:
+    """Budgets in order: every seed ("all") first, then most training seeds first."""
+    config = record.get("config") or {}
+    return tuple((config.get(k) is not None, -(config.get(k) or 0)) for k in ("max_train_seeds", "max_val_seeds"))
 
-    Returns dicts with dataset, task, task_type, metric, protocol, spec_hash, stale (records of an
+
+def epochs_cell(records: list[dict]) -> str:
+    """Epochs the seeds trained, of the most allowed, and the early-stopping patience; '-' for a model
+    that fits without the epoch trainer (GBDT's own early stopping is in its params)."""
+    ran = [len(r["history"]) for r in records if r.get("history")]
+    if not ran:
+        return "-"
+    trainer = (records[0].get("config") or {}).get("trainer") or {}
+    span = f"{min(ran)}" if min(ran) == max(ran) else f"{min(ran)}-{max(ran)}"
+    patience = trainer.get("patience")
+    return f"{span} of {trainer.get('epochs', '?')}" + (f", patience {patience}" if patience is not None else "")
+
+
+def certify_cell(records: list[dict]) -> str:
+    """``fourdb certify``'s verdict over the seeds: passed, FAILED or not run (with counts where they differ)."""
+    verdicts = Counter("not run" if not isinstance(r.get("certify"), dict) else
+                       "passed" if r["certify"].get("passed") else "FAILED" for r in records)
+    if len(verdicts) == 1:
+        return next(iter(verdicts))
+    return ", ".join(f"{v} {verdicts[v]}" for v in ("FAILED", "passed", "not run") if verdicts[v])
+
+
+def commit_cell(records: list[dict]) -> str:
+    commits = dict.fromkeys((r.get("git_commit") or "")[:7] for r in records)
+    return ", ".join(c or "unknown" for c in commits)
+
+
+def _flat(config: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in config.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def setting_cells(settings: list[dict]) -> list[str]:
+    """Per setting, the config values that set it apart from the others (``settings``: each one's flat config)."""
+    keys = dict.fromkeys(k for c in settings for k in c)
+    differ = [k for k in keys if len({repr(c.get(k, "-")) for c in settings}) > 1]
+    return [", ".join(f"{k}={c.get(k, '-')}" for k in differ) for c in settings]
+
+
+def aggregate(records: list[dict]) -> list[dict]:
+    """Board tables of one (dataset, task): one per protocol and training budget, each a frame of ranked settings.
+
+    Returns dicts with dataset, task, task_type, metric, protocol, budget, spec_hash, stale (records of an
     earlier task version, not shown), sanity (the task file says so), records (those shown) and frame.
+    Records read from several roots (``ROOT_FIELD``) are never pooled across roots; a ``root`` column says
+    where each row comes from.
     """
     if not records:
         return []
     first = records[0]
     dataset, task = first["dataset"], first["task"]
-    try:
-        current = current_spec_hash(dataset, task)
-    except Exception:  # noqa: BLE001 - a board whose task file is gone is still shown, unchecked
-        current = None
-    shown = [r for r in records if current is None or r["task_spec_hash"] == current]
+    current = _spec_hash(first)
+    shown = [r for r in records if _spec_hash(r) in (None, r["task_spec_hash"])]
     stale = len(records) - len(shown)
+    roots = any(ROOT_FIELD in r for r in records)
     groups: dict[tuple, list[dict]] = {}
     for r in shown:
-        key = (protocol_label(r), r["model"], inputs_label(r["inputs"]), r["config_hash"])
+        key = (protocol_label(r), budget_label(r), r.get(ROOT_FIELD, ""), r["model"], inputs_label(r["inputs"]),
+               r["config_hash"])
         groups.setdefault(key, []).append(r)
-    tables: dict[str, list[dict]] = {}
-    shown_records: dict[str, list[dict]] = {}
+    tables: dict[tuple[str, str], list[dict]] = {}
+    shown_records: dict[tuple[str, str], list[dict]] = {}
     metric = first["metric"]
     others: dict[str, None] = {}  # the task's other metrics, in order
-    for (protocol, model, inputs, chash), rs in groups.items():
+    for (protocol, budget, root, model, inputs, chash), rs in groups.items():
         rs = sorted(rs, key=lambda r: r["seed"])
-        shown_records.setdefault(protocol, []).extend(rs)
+        shown_records.setdefault((protocol, budget), []).extend(rs)
         metric_names = list(dict.fromkeys(k for r in rs for k in r["metrics"].get("test", {})))
         dirty = any(r.get("git_dirty") is True for r in rs)
-        row = {"model": model + ("*" if dirty else ""), "inputs": inputs, "seeds": len(rs)}
+        row = {"model": model + ("*" if dirty else ""), "inputs": inputs, "root": root, "seeds": len(rs)}
         row["_test_mean"], row["_test_std"] = _mean_std(r["metrics"]["test"].get(metric) for r in rs)
         row["_val_mean"], row["_val_std"] = _mean_std((r["metrics"].get("val") or {}).get(metric) for r in rs)
         row[f"test {metric}"] = fmt_mean_std(row["_test_mean"], row["_test_std"])
@@ -130,39 +185,59 @@ def aggregate(records: list[dict]) -> list[dict]:
             if m != metric:
                 others.setdefault(m, None)
                 row[f"test {m}"] = fmt_mean_std(*_mean_std(r["metrics"]["test"].get(m) for r in rs))
+        row["epochs"] = epochs_cell(rs)
         walls = [r["wall_seconds"] for r in rs if r.get("wall_seconds") is not None]
         row["time (s)"] = f"{np.mean(walls):.1f}" if walls else "-"
         row["test rows"] = int(rs[0]["num_seeds"]["test"])
         train, available = rs[0]["num_seeds"].get("train"), (rs[0].get("num_seeds_available") or {}).get("train")
         row["train rows"] = "-" if train is None else f"{train}/{available}" if available not in (None, train) \
             else str(train)
+        row["certify"] = certify_cell(rs)
+        row["commit"] = commit_cell(rs)
         row["config"] = chash[:8]
-        row["_method"] = f"{model} ({input_kind(rs[0]['inputs'])})"
+        # the methods the row stands for: on a database where r2ne builds r2n's graph, a row is both
+        kinds = [f"graph {g}" for g in graph_names(rs[0])] or [input_kind(rs[0]["inputs"])]
+        row["_methods"] = [f"{model} ({k})" + (f" [{root}]" if root else "") for k in kinds]
+        row["_label"], row["_root"] = (model, inputs, root), root
+        row["_setting"] = _flat(setting(rs[0]))
         row["_dirty"] = dirty
         row["_seed_list"] = [r["seed"] for r in rs]
         row["_test_values"] = [r["metrics"]["test"].get(metric) for r in rs]
-        tables.setdefault(protocol, []).append(row)
+        tables.setdefault((protocol, budget), []).append(row)
     out = []
     ascending = not higher_is_better(metric)
-    sanity = _is_sanity(dataset, task)
-    for protocol in sorted(tables, key=lambda p: (p != "", p)):
-        frame = pd.DataFrame(tables[protocol])
+    sanity = _is_sanity(first)
+    for protocol, budget in sorted(tables, key=lambda k: (k[0] != "", k[0], budget_order(shown_records[k][0]))):
+        frame = pd.DataFrame(tables[(protocol, budget)])
+        # one label with several settings: each row says what sets it apart (epochs, params, engine, ...)
+        frame["setting"] = ""
+        for _, part in frame.groupby("_label", sort=False):
+            if len(part) > 1:
+                frame.loc[part.index, "setting"] = setting_cells(list(part["_setting"]))
         frame.insert(0, "rank", frame["_test_mean"].rank(ascending=ascending, method="min").astype(int))
-        frame = frame.sort_values(["rank", "model", "inputs", "config"], kind="stable").reset_index(drop=True)
+        frame = frame.sort_values(["rank", "model", "inputs", "root", "config"], kind="stable").reset_index(drop=True)
         extra = [f"test {m}" for m in others if f"test {m}" in frame.columns]
-        order = ["rank", "model", "inputs", "seeds", f"test {metric}", f"val {metric}", *extra, "time (s)",
-                 "train rows", "test rows", "config"]
+        order = ["rank", "model", "inputs", *(["root"] if roots else []),
+                 *(["setting"] if frame["setting"].any() else []), "seeds", f"test {metric}", f"val {metric}", *extra,
+                 "epochs", "time (s)", "train rows", "test rows", "certify", "commit", "config"]
         frame = frame[order + [c for c in frame.columns if c.startswith("_")]]
         out.append({"dataset": dataset, "task": task, "task_type": first["task_type"], "metric": metric,
-                    "protocol": protocol, "spec_hash": current, "stale": stale, "sanity": sanity,
-                    "records": shown_records[protocol], "frame": frame})
+                    "protocol": protocol, "budget": budget, "spec_hash": current, "stale": stale, "sanity": sanity,
+                    "records": shown_records[(protocol, budget)], "frame": frame})
     return out
 
 
-def _is_sanity(dataset: str, task: str) -> bool:
+def _spec_hash(record: dict) -> str | None:
     try:
-        return bool(task_spec(dataset, task).sanity)
-    except Exception:  # noqa: BLE001 - a board whose task file is gone counts as an ordinary task
+        return record_spec(record).spec_hash
+    except FourdbError:  # a board whose task file is gone is still shown, unchecked
+        return None
+
+
+def _is_sanity(record: dict) -> bool:
+    try:
+        return bool(record_spec(record).sanity)
+    except FourdbError:  # a board whose task file is gone counts as an ordinary task
         return False
 
 
@@ -190,13 +265,14 @@ def table_name(t: dict) -> str:
     return f"{t['dataset']}/{t['task']}" + (f" [{t['protocol']}]" if t["protocol"] else "")
 
 
-def average_ranks(tables: list[dict]) -> dict[str, Ranking]:
-    """Per board family (classification, regression, recommendation): average ranks over the tasks all ranked methods ran."""
+def average_ranks(tables: list[dict]) -> dict[tuple[str, str], Ranking]:
+    """Per board family (classification, regression, recommendation) and training budget: average ranks over
+    the tasks all ranked methods ran. Runs of another budget are another ranking, never averaged in."""
     out = {}
-    for board in BOARDS:
-        family = [t for t in tables if TaskType(t["task_type"]).family == board]
-        if not family:
-            continue
+    by_budget = sorted(tables, key=lambda t: budget_order(t["records"][0]))
+    for board, budget in dict.fromkeys((b, t["budget"]) for b in BOARDS for t in by_budget
+                                       if TaskType(t["task_type"]).family == b):
+        family = [t for t in tables if TaskType(t["task_type"]).family == board and t["budget"] == budget]
         counted = [t for t in family if not t.get("sanity") and not t["protocol"]]
         left_out = [table_name(t) + (" (sanity task)" if t.get("sanity") else "") for t in family
                     if t.get("sanity") or t["protocol"]]
@@ -205,9 +281,10 @@ def average_ranks(tables: list[dict]) -> dict[str, Ranking]:
         for t in counted:
             sign = -1.0 if higher_is_better(t["metric"]) else 1.0  # smaller is better after the sign
             for _, row in t["frame"].iterrows():
-                have = best.setdefault(row["_method"], {}).get(table_name(t))
-                if have is None or sign * row["_test_mean"] < sign * have[0]:
-                    best[row["_method"]][table_name(t)] = (row["_test_mean"], bool(row["_dirty"]))
+                for method in row["_methods"]:
+                    have = best.setdefault(method, {}).get(table_name(t))
+                    if have is None or sign * row["_test_mean"] < sign * have[0]:
+                        best[method][table_name(t)] = (row["_test_mean"], bool(row["_dirty"]))
         tasks = [table_name(t) for t in counted]
         ranked = sorted(m for m, done in best.items() if len(done) == len(tasks))
         ranks: dict[str, dict[str, int]] = {m: {} for m in ranked}
@@ -223,8 +300,9 @@ def average_ranks(tables: list[dict]) -> dict[str, Ranking]:
         frame = frame.sort_values(["average rank", "method"]).reset_index(drop=True)
         frame["average rank"] = frame["average rank"].map(lambda x: f"{x:.2f}")
         unranked = {m: sorted(done) for m, done in best.items() if m not in ranks}
-        out[board] = Ranking(tasks, frame, unranked, left_out)
+        out[(board, budget)] = Ranking(tasks, frame, unranked, left_out)
     return out
+
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
@@ -258,7 +336,7 @@ def plot_table(t: dict) -> bytes:
     from collections import Counter
 
     frame = t["frame"].iloc[::-1]
-    labels = [f"{m} ({i})" for m, i in zip(frame["model"], frame["inputs"])]
+    labels = [f"{m} ({i})" + (f" [{r}]" if r else "") for m, i, r in zip(frame["model"], frame["inputs"], frame["_root"])]
     counts = Counter(labels)
     labels = [textwrap.fill(f"{lab} #{c}" if counts[lab] > 1 else lab, 38, subsequent_indent="  ")
               for lab, c in zip(labels, frame["config"])]
@@ -271,8 +349,7 @@ def plot_table(t: dict) -> bytes:
     ax.set_yticks(y, labels, fontsize=8)
     arrow = "higher is better" if higher_is_better(t["metric"]) else "lower is better"
     ax.set_xlabel(f"test {t['metric']} ({arrow}); bar: mean, line: ± std, dots: seeds")
-    title = f"{t['dataset']} / {t['task']}" + (f" [{t['protocol']}]" if t["protocol"] else "")
-    ax.set_title(title)
+    ax.set_title(_heading(t))
     if t["metric"] in ("auroc", "accuracy", "macro_f1", "average_precision"):
         lo = np.nanmin([x for v in frame["_test_values"] for x in v if x is not None] + [0.5])
         ax.set_xlim(max(0.0, lo - 0.05), 1.0)
@@ -281,7 +358,7 @@ def plot_table(t: dict) -> bytes:
     return data
 
 
-def plot_ranks(board: str, frame: pd.DataFrame) -> bytes:
+def plot_ranks(board: str, budget: str, frame: pd.DataFrame) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -293,14 +370,14 @@ def plot_ranks(board: str, frame: pd.DataFrame) -> bytes:
     ax.set_yticks(np.arange(len(frame)), [textwrap.fill(m, 38, subsequent_indent="  ") for m in frame["method"]],
                   fontsize=8)
     ax.set_xlabel("average rank over tasks (lower is better)")
-    ax.set_title(f"{board}: average rank")
+    ax.set_title(f"{board}: average rank ({budget})")
     data = _png(fig)
     plt.close(fig)
     return data
 
 
 def _heading(t: dict) -> str:
-    return f"{t['dataset']} / {t['task']}" + (f" [{t['protocol']}]" if t["protocol"] else "")
+    return f"{t['dataset']} / {t['task']}" + (f" [{t['protocol']}]" if t["protocol"] else "") + f" ({t['budget']})"
 
 
 def _note(t: dict) -> str:
@@ -334,17 +411,19 @@ def _footnote(any_dirty: bool, markdown: bool) -> list[str]:
     return [("\\* " if markdown else "* ") + DIRTY_NOTE, ""]
 
 
-def all_tables(root=None) -> list[dict]:
+def all_tables(roots=None) -> list[dict]:
     tables = []
-    for (_, _), records in sorted(load_all(root).items()):
+    for (_, _), records in sorted(load_all(roots).items()):
         tables.extend(aggregate(records))
     return tables
 
 
-def render(root: str | Path | None = None) -> Path:
-    """Write <root>/README.md and <root>/plots/*.png from the boards under ``root``."""
-    root = leaderboard_root(root)
-    tables = all_tables(root)
+def render(root=None) -> Path:
+    """Write README.md and plots/*.png into ``root``, or the first of several roots, from the boards under
+    all of them."""
+    roots = leaderboard_roots(root)
+    root = roots[0]
+    tables = all_tables(roots)
     ranks = average_ranks(tables)
     plots = root / "plots"
     records = [r for t in tables for r in t["records"]]
@@ -352,25 +431,32 @@ def render(root: str | Path | None = None) -> Path:
         "# fourdb leaderboards", "",
         "Written by `fourdb leaderboard render` from the records in `<dataset>/<task>.jsonl`; do not edit by hand.",
         "Each row is one setting (model, inputs, config) with its seeds aggregated: mean ± sample std of the",
-        "test metric, rank 1 best. `time (s)` is the mean wall time of one run (load, features or graph, fit,",
-        "evaluate); `train rows` is how many training rows it used of those the task has. A heading with",
-        "[parameters] marks runs on non-default dataset parameters, ranked only among themselves. A model",
-        f"marked \\* has a record {DIRTY_NOTE}. Add results with `fourdb leaderboard submit RUN_DIR...`",
-        "(see the project README).", "",
+        "test metric, rank 1 best. A heading names the training budget, the training and validation seeds runs",
+        "were capped at (\"all\" uncapped); runs of another budget are another board and another average rank.",
+        "A heading with [parameters] marks runs on non-default dataset parameters, ranked only among themselves.",
+        "`setting` says what sets apart rows of one model and inputs; `epochs` the epochs the seeds trained, of",
+        "the most allowed, and the early-stopping patience; `time (s)` the mean wall time of one run (load,",
+        "features or graph, fit, evaluate); `train rows` how many training rows it used of those the task has;",
+        "`certify` the verdict of `fourdb certify` (passed, FAILED or not run); `commit` the code the records",
+        f"were made from. A model marked \\* has a record {DIRTY_NOTE}. Add results with",
+        "`fourdb leaderboard submit RUN_DIR...` (see the project README).", "",
         RANK_RULE, "",
     ]
+    if len(roots) > 1:
+        lines += [f"Boards read from {', '.join(f'`{root_label(r)}`' for r in roots)}; `root` says where each row "
+                  "comes from, and a method on another root is another method.", ""]
     if records:
         lines += [f"Records from code version(s): {code_versions(records)}.", ""]
     written = set()
-    for board, ranking in ranks.items():
+    for (board, budget), ranking in ranks.items():
         over = f"Over {len(ranking.tasks)} task(s): {', '.join(ranking.tasks)}." if ranking.tasks else \
             "No task on default dataset parameters to average over."
-        lines += [f"## {board.capitalize()}: average rank", "",
+        lines += [f"## {board.capitalize()}: average rank ({budget})", "",
                   over + (f" Left out: {', '.join(ranking.left_out)}." if ranking.left_out else ""), ""]
         if len(ranking.frame):
             lines += [markdown_table(ranking.frame), ""]
-            name = f"{board}_average_rank.png"
-            atomic_write_bytes(plots / name, plot_ranks(board, ranking.frame))
+            name = f"{board}_average_rank__{_slug(budget)}.png"
+            atomic_write_bytes(plots / name, plot_ranks(board, budget, ranking.frame))
             written.add(name)
             lines += [f"![{board} average rank](plots/{name})", ""]
         elif ranking.tasks:
@@ -383,7 +469,7 @@ def render(root: str | Path | None = None) -> Path:
     for t in tables:
         lines += [f"## {_heading(t)}", "", _note(t), "", markdown_table(visible(t["frame"])), ""]
         lines += _footnote(t["frame"]["_dirty"].any(), markdown=True)
-        name = _slug(t["dataset"], t["task"], t["protocol"]) + ".png"
+        name = _slug(t["dataset"], t["task"], t["protocol"], t["budget"]) + ".png"
         atomic_write_bytes(plots / name, plot_table(t))
         written.add(name)
         lines += [f"![{_heading(t)}](plots/{name})", ""]
@@ -404,19 +490,18 @@ def render(root: str | Path | None = None) -> Path:
     return out
 
 
-def show(dataset: str, task: str, root: str | Path | None = None) -> str:
-    """One board as text for the terminal."""
-    from fourdb.errors import FourdbError
-    from fourdb.leaderboard.store import board_path, read_board
+def show(dataset: str, task: str, root=None) -> str:
+    """One board as text for the terminal, from one root or several."""
+    from fourdb.leaderboard.store import board_path
 
-    path = board_path(leaderboard_root(root), dataset, task)
-    records = read_board(path)
+    roots = leaderboard_roots(root)
+    records = [r for rs in load_all(roots, (dataset, task)).values() for r in rs]
     if not records:
-        raise FourdbError(f"no results for {dataset}/{task} (no records in {path})")
+        raise FourdbError(f"no results for {dataset}/{task} (no records in "
+                          f"{', '.join(str(board_path(r, dataset, task)) for r in roots)})")
     blocks = []
     for t in aggregate(records):
         frame = visible(t["frame"])
         blocks.append("\n".join([_heading(t), _note(t), "", frame.to_string(index=False),
                                   *_footnote(t["frame"]["_dirty"].any(), markdown=False)]).rstrip())
     return "\n\n".join(blocks) if blocks else f"{dataset}/{task}: all records are of an earlier task version"
-

@@ -52,7 +52,7 @@ FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "git_commit": (STR + NONE, True),
     "hardware": (DICT, True),
     # optional
-    "git_dirty": (BOOL + NONE, False),          # tracked files differed from git_commit; None: not a checkout
+    "git_dirty": (BOOL + NONE, False),          # the code differed from git_commit (fourdb.utils.git_state); None: not a checkout
     "database_fingerprint": (STR, False),       # fourdb.rdb.fingerprint: the database's content
     "external": (BOOL, False),
     "num_seeds_available": (DICT, False),
@@ -145,14 +145,31 @@ def _drop(config: dict, dotted: str) -> None:
         node.pop(leaf, None)
 
 
-def config_hash(record: dict) -> str:
-    """Hash of the record's config without the seed and display-only keys: one per setting."""
+def setting(record: dict) -> dict:
+    """The record's config as one setting: without the seed and display-only keys, its graph as built."""
     import copy
 
     config = copy.deepcopy(record["config"])
     for key in CONFIG_IGNORED:
         _drop(config, key)
-    return stable_hash(config)
+    graph = (record.get("inputs") or {}).get("graph")
+    if graph and isinstance(config.get("graph"), dict):
+        # the graph built, not the one asked for (built_graph); older records say graph.kind for graph.name
+        config["graph"] = {**{k: v for k, v in config["graph"].items() if k != "kind"}, "name": graph}
+    return config
+
+
+def config_hash(record: dict) -> str:
+    """Hash of the record's ``setting``: the seeds of one setting share it."""
+    return stable_hash(setting(record))
+
+
+def budget_label(record: dict) -> str:
+    """The training budget of a run, part of its board's identity: training and validation seeds ('all' unset;
+    an external model's is unknown, so counted as all)."""
+    config = record.get("config") or {}
+    train, val = (config.get(k) for k in ("max_train_seeds", "max_val_seeds"))
+    return f"train {'all' if train is None else train} / val {'all' if val is None else val} seeds"
 
 
 def record_key(record: dict) -> tuple:

@@ -26,15 +26,40 @@ from fourdb.leaderboard.schema import (
     record_key,
     validate_record,
 )
-from fourdb.utils import atomic_write_bytes, progress as progress_bar
+from fourdb.utils import atomic_write_bytes, progress as progress_bar, stable_hash
 
 ROOT_ENV = "FOURDB_LEADERBOARDS"
 LOCK_TIMEOUT_S = 300
 
 
+# read from several roots, a record says which one in this key; in memory only, never written to a board
+ROOT_FIELD = "_root"
+COMMITTED_ROOT = Path(__file__).resolve().parents[2] / "leaderboards"  # in a source checkout of fourdb
+
+
 def leaderboard_root(root: str | Path | None = None) -> Path:
     """``root``, else $FOURDB_LEADERBOARDS, else ./leaderboards."""
     return Path(root or os.environ.get(ROOT_ENV) or "leaderboards")
+
+
+def committed_root() -> Path:
+    """The boards committed with fourdb's source (``leaderboards/`` of the checkout this fourdb runs from)."""
+    if not board_paths(COMMITTED_ROOT):
+        raise FourdbError(f"no committed boards in {COMMITTED_ROOT}: they come with a source checkout of fourdb")
+    return COMMITTED_ROOT
+
+
+def root_label(root: Path) -> str:
+    return "committed" if root.resolve() == COMMITTED_ROOT else str(root)
+
+
+def leaderboard_roots(roots=None) -> list[Path]:
+    """One root or several (None: the default root), each once."""
+    roots = [roots] if roots is None or isinstance(roots, (str, Path)) else list(roots) or [None]
+    out: dict[Path, Path] = {}
+    for r in map(leaderboard_root, roots):
+        out.setdefault(r.resolve(), r)
+    return list(out.values())
 
 
 def _safe(name: str) -> str:
@@ -107,18 +132,60 @@ def find_records(paths) -> list[tuple[Path, dict]]:
 _SPECS: dict[tuple[str, str], object] = {}
 
 
-def task_spec(dataset: str, task: str):
-    """The task file as it is now (a TaskSpec), read once per process."""
+def task_source(record: dict) -> tuple[str, str]:
+    """(dataset, task) to find a record's task by, from the record alone: a database folder by the absolute
+    path its run recorded, else the built-in dataset's name; the task by its name, in that folder's tasks/
+    (held inside the folder) or the built-in tasks. Not the record's dataset name as a folder: where the
+    command runs must not matter; and never a file path of the record's choosing."""
+    path = ((record.get("config") or {}).get("dataset") or {}).get("path")
+    return (path if isinstance(path, str) and Path(path).is_absolute() else record["dataset"]), record["task"]
+
+
+def record_spec(record: dict):
+    """The task file of ``record`` as it is now (a TaskSpec), read once per process."""
     from fourdb.tasks import find_task
 
-    if (dataset, task) not in _SPECS:
-        _SPECS[(dataset, task)] = find_task(dataset, task)
-    return _SPECS[(dataset, task)]
+    key = task_source(record)
+    if key not in _SPECS:
+        _SPECS[key] = find_task(*key)
+    return _SPECS[key]
 
 
-def current_spec_hash(dataset: str, task: str) -> str:
-    """The spec hash of the task file as it is now."""
-    return task_spec(dataset, task).spec_hash
+_SAME: dict[tuple, list[str]] = {}
+
+
+def graph_names(record: dict) -> list[str]:
+    """The graph constructions that build, on the record's database, the graph its run built (``same_graphs``);
+    empty for a run without a graph. Reads the database's schema (a built-in dataset is built once, if not
+    cached); for a database no longer at hand, the name its record gives."""
+    from fourdb.datasets import dataset_folder
+    from fourdb.graph import same_graphs
+    from fourdb.rdb import Database, Schema
+
+    graph = record["inputs"].get("graph")
+    if not graph:
+        return []
+    source = task_source(record)[0]
+    params = ((record.get("config") or {}).get("dataset") or {}).get("params") or {}
+    key = (source, stable_hash(params), graph)
+    if key not in _SAME:
+        try:
+            folder = source if Path(source).is_absolute() else dataset_folder(source, **params)
+            _SAME[key] = same_graphs(graph, Database(Schema.load(folder), {}))
+        except FourdbError:
+            _SAME[key] = [graph]
+    return _SAME[key]
+
+
+def as_built(record: dict) -> dict:
+    """``record`` with its graph named as built (``fourdb.graph.built_graph``): records made before runs
+    said so name the graph asked for, r2ne where a database without link tables built r2n."""
+    names = graph_names(record)
+    if not names:
+        return record
+    record = {**record, "inputs": {**record["inputs"], "graph": names[0]}}
+    record["config_hash"] = config_hash(record)
+    return record
 
 
 def database_key(record: dict) -> tuple[str, str]:
@@ -151,7 +218,7 @@ def prepare(record: dict, where: str) -> dict:
     """Validate a record for submission and stamp it; refuse one made against another task version."""
     validate_record(record, where)
     try:
-        current = current_spec_hash(record["dataset"], record["task"])
+        current = record_spec(record).spec_hash
     except FourdbError as e:
         raise RecordError(f"{where}: cannot check the task version: {e}") from None
     if record["task_spec_hash"] != current:
@@ -192,7 +259,7 @@ def submit_records(records: list[tuple[str, dict]], root: str | Path | None = No
     seen: dict[tuple, str] = {}
     databases: Databases = {}
     for where, record in progress_bar(records, progress, desc="validating records", leave=False):
-        record = prepare(record, str(where))
+        record = as_built(prepare(record, str(where)))
         key = record_key(record)
         if key in seen:
             if skip_duplicates:
@@ -218,7 +285,7 @@ def submit_records(records: list[tuple[str, dict]], root: str | Path | None = No
                 same_database(r, str(board), on_boards, check=False)
         new_content: dict[Path, list[str]] = {}
         for p in paths:
-            keys = {record_key(r) for r in existing[p]}
+            keys = {record_key(as_built(r)) for r in existing[p]}
             lines = [json.dumps(r, default=str, allow_nan=False) for r in existing[p]]
             added = []
             for where, record in prepared[p]:
@@ -247,11 +314,16 @@ def submit_run_dirs(paths, root=None, skip_duplicates=False, progress=None) -> S
     return submit_records([(str(f), r) for f, r in find_records(paths)], root, skip_duplicates, progress)
 
 
-def load_all(root: str | Path | None = None) -> dict[tuple[str, str], list[dict]]:
-    """Every board under ``root``: (dataset, task) -> records."""
-    boards = {}
-    for p in board_paths(leaderboard_root(root)):
-        records = read_board(p)
-        if records:
-            boards[(records[0]["dataset"], records[0]["task"])] = records
+def load_all(root=None, board: tuple[str, str] | None = None) -> dict[tuple[str, str], list[dict]]:
+    """Every board under ``root`` (one root or several), or only ``board`` (dataset, task): (dataset, task) ->
+    records, graphs named as built. Read from several roots, each record names its own in ``ROOT_FIELD``."""
+    roots = leaderboard_roots(root)
+    boards: dict[tuple[str, str], list[dict]] = {}
+    for root in roots:
+        for p in [board_path(root, *board)] if board else board_paths(root):
+            records = [as_built(r) for r in read_board(p)]
+            if len(roots) > 1:
+                records = [{**r, ROOT_FIELD: root_label(root)} for r in records]
+            if records:
+                boards.setdefault((records[0]["dataset"], records[0]["task"]), []).extend(records)
     return boards
