@@ -66,6 +66,7 @@ def does_task_type(model: str, experiment: str) -> bool:
     return find_task(*experiment_task(experiment)).task_type in MODELS.get(model).task_types
 
 
+@functools.cache
 def has_link_tables(dataset: str) -> bool:
     from fourdb.datasets import load_dataset
     from fourdb.graph.build import link_tables
@@ -127,6 +128,18 @@ def feature_settings(name: str) -> dict:
     return option("features", name)
 
 
+def of_cell(record: dict, experiment: str, cell: str) -> bool:
+    """A record of this cell's model and inputs (runs name a graph by what they built: r2ne on a database
+    without link tables is recorded as r2n), made by produce.py (not an external submission)."""
+    model, inputs = cell_inputs(cell)
+    if record["model"] != model or record.get("external"):
+        return False
+    built = dict(inputs)
+    if inputs.get("graph") == "r2ne" and not has_link_tables(experiment_task(experiment)[0]):
+        built["graph"] = "r2n"
+    return all(record["inputs"].get(k) in (v, built[k]) for k, v in inputs.items())
+
+
 def stale(record: dict, cell: str) -> bool:
     """A record of ``cell`` whose feature set computed other columns than today's (e.g. DFS before a new kind
     of aggregate): its cell is made again, and the record is moved to leaderboards/archive/."""
@@ -143,12 +156,10 @@ def archive_stale(experiment: str, cell: str) -> int:
     board = ROOT / "leaderboards" / dataset / f"{task}.jsonl"
     if not board.exists():
         return 0
-    model, inputs = cell_inputs(cell)
     keep, moved = [], []
     for line in board.read_text().splitlines():
         r = json.loads(line)
-        mine = r["model"] == model and all(r["inputs"].get(k) == v for k, v in inputs.items()) and not r.get("external")
-        (moved if mine and stale(r, cell) else keep).append(line)
+        (moved if of_cell(r, experiment, cell) and stale(r, cell) else keep).append(line)
     if moved:
         archive = ROOT / "leaderboards" / "archive" / dataset / f"{task}.jsonl"
         archive.parent.mkdir(parents=True, exist_ok=True)
@@ -162,14 +173,12 @@ def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
     """Seeds of this cell already on the board, made with this budget and today's feature settings."""
     dataset, task = experiment_task(experiment)
     board = ROOT / "leaderboards" / dataset / f"{task}.jsonl"
-    model, inputs = cell_inputs(cell)
     seeds = set()
     if board.exists():
         for line in board.read_text().splitlines():
             r = json.loads(line)
             cfg = r.get("config") or {}
-            if (r["model"] == model and all(r["inputs"].get(k) == v for k, v in inputs.items()) and not r.get("external")
-                    and not stale(r, cell)
+            if (of_cell(r, experiment, cell) and not stale(r, cell)
                     and all(cfg.get(k) == v for k, v in budget.items())):
                 seeds.add(r["seed"])
     return seeds
