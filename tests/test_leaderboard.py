@@ -684,3 +684,32 @@ def test_engine_auto_records_the_mode_that_ran(tmp_path):
     assert engine["mode"] in ("online", "offline") and engine["auto_reason"]
     assert ("store" in engine) == (engine["mode"] == "offline")  # a store exists only if batches were replayed
     assert len(engine["epoch_seconds"]) == len(record["history"])
+
+
+def test_a_board_shows_its_floor_and_marks_the_models_below_it(tmp_path, base_record):
+    """The floor is the best trivial baseline on the board (its rows, or those every run records beside its
+    model); a model that does not beat it is marked, in the terminal and in the rendered README."""
+    def row(model, test, inputs=None, trivial=None, seed=0):
+        r = task_record(base_record, "synthetic", "purchase-count", model, test, seed=seed)
+        if inputs:
+            r["inputs"] = inputs
+        r["trivial"] = trivial or {}
+        return r
+
+    labels = {"features": "labels"}
+    submit(tmp_path, row("zero", 0.31, labels), row("mean", 0.50, labels), row("sage", 0.35), row("gbdt", 0.30))
+    [t] = aggregate_of(tmp_path)
+    marks = dict(zip(t["frame"]["model"], t["frame"]["floor"]))
+    assert t["floor"] == ("zero", pytest.approx(0.31))
+    assert marks == {"gbdt": "", "zero": "", "sage": "below floor", "mean": ""}
+    text = show("synthetic", "purchase-count", tmp_path)
+    assert "floor: the best trivial baseline, zero, at 0.3100" in text and "below floor" in text
+    assert "below floor" in render(tmp_path).read_text()
+    # no trivial rows: the ones a run records beside its model set the floor (higher is better here)
+    other = tmp_path / "other"
+    floor = {"prior": {"test": {"auroc": 0.5}}, "entity_mean": {"test": {"auroc": 0.62}}}
+    submit(other, *(task_record(base_record, "synthetic", "taste", m, v, trivial=floor)
+                    for m, v in (("sage", 0.85), ("gbdt", 0.6))))
+    [t] = aggregate_of(other)
+    assert t["floor"] == ("entity_mean", pytest.approx(0.62))
+    assert dict(zip(t["frame"]["model"], t["frame"]["floor"])) == {"sage": "", "gbdt": "below floor"}

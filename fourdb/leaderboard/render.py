@@ -214,17 +214,44 @@ def aggregate(records: list[dict]) -> list[dict]:
         for _, part in frame.groupby("_label", sort=False):
             if len(part) > 1:
                 frame.loc[part.index, "setting"] = setting_cells(list(part["_setting"]))
+        floor = best_floor(frame, shown_records[(protocol, budget)], metric)
+        frame["floor"] = ""
+        if floor is not None:
+            trivial = frame["inputs"] == TRIVIAL_INPUTS
+            beats = frame["_test_mean"] < floor[1] if ascending else frame["_test_mean"] > floor[1]
+            frame.loc[~trivial & ~beats, "floor"] = "below floor"
         frame.insert(0, "rank", frame["_test_mean"].rank(ascending=ascending, method="min").astype(int))
         frame = frame.sort_values(["rank", "model", "inputs", "root", "config"], kind="stable").reset_index(drop=True)
         extra = [f"test {m}" for m in others if f"test {m}" in frame.columns]
         order = ["rank", "model", "inputs", *(["root"] if roots else []),
                  *(["setting"] if frame["setting"].any() else []), "seeds", f"test {metric}", f"val {metric}", *extra,
-                 "epochs", "time (s)", "train rows", "test rows", "certify", "commit", "config"]
+                 *(["floor"] if frame["floor"].any() else []), "epochs", "time (s)", "train rows", "test rows",
+                 "certify", "commit", "config"]
         frame = frame[order + [c for c in frame.columns if c.startswith("_")]]
         out.append({"dataset": dataset, "task": task, "task_type": first["task_type"], "metric": metric,
                     "protocol": protocol, "budget": budget, "spec_hash": current, "stale": stale, "sanity": sanity,
-                    "records": shown_records[(protocol, budget)], "frame": frame})
+                    "records": shown_records[(protocol, budget)], "frame": frame, "floor": floor})
     return out
+
+
+TRIVIAL_INPUTS = "labels"  # the trivial baselines' input: the training labels alone (fourdb.models.trivial)
+
+
+def best_floor(frame: pd.DataFrame, records: list[dict], metric: str) -> tuple[str, float] | None:
+    """The best trivial baseline of a board: its rows, and the ones every run records beside its model
+    (``trivial`` in a record), as (name, mean test metric); None where there are none."""
+    scores = {row["model"]: row["_test_mean"] for _, row in frame[frame["inputs"] == TRIVIAL_INPUTS].iterrows()}
+    recorded: dict[str, list[float]] = {}
+    for r in records:
+        for name, m in (r.get("trivial") or {}).items():
+            if (m.get("test") or {}).get(metric) is not None:
+                recorded.setdefault(name, []).append(m["test"][metric])
+    for name, values in recorded.items():
+        scores.setdefault(name, float(np.mean(values)))
+    scores = {k: v for k, v in scores.items() if np.isfinite(v)}
+    if not scores:
+        return None
+    return (max if higher_is_better(metric) else min)(scores.items(), key=lambda kv: kv[1])
 
 
 def _spec_hash(record: dict) -> str | None:
@@ -384,6 +411,9 @@ def _note(t: dict) -> str:
     arrow = "higher is better" if higher_is_better(t["metric"]) else "lower is better"
     note = (f"{t['task_type']}; ranked by mean test {t['metric']} ({arrow}); mean ± sample std over seeds; "
             f"task spec hash `{t['spec_hash']}`")
+    if t.get("floor"):
+        note += (f"; floor: the best trivial baseline, {t['floor'][0]}, at {t['floor'][1]:.4f}: a model that does "
+                 f"not beat it is marked `below floor`")
     if t.get("sanity"):
         note += "; a sanity task, left out of the average ranks"
     if t["stale"]:
