@@ -212,8 +212,10 @@ def run_cell(experiment: str, cell: str, budget: dict, jobs: int, timeout_s: flo
                             "--skip-duplicates"], cwd=ROOT, capture_output=True, text=True, env=env)
         submitted = s.stdout.strip().splitlines()[-1] if s.returncode == 0 else f"submit failed: {s.stderr.strip()[-300:]}"
     tail = log.read_text().strip().splitlines()[-1:] if rc not in (0, "timeout") else []
+    peaks = [json.loads(p.read_text()).get("peak_memory_mb") for p in sweep.rglob("record.json")] if sweep.exists() else []
+    peak = max((p for p in peaks if p is not None), default=None)
     status = {"experiment": experiment, "cell": cell, "rc": rc, "seconds": seconds, "submitted": submitted,
-              "error": tail[0][-300:] if tail else None}
+              "peak_memory_mb": round(peak) if peak is not None else None, "error": tail[0][-300:] if tail else None}
     print(json.dumps(status), flush=True)
     return status
 
@@ -252,6 +254,12 @@ def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
     for family, cells in (("classification and regression", CELLS), ("recommendation", REC_CELLS)):
         lines += ["", f"## {family}", "", "| task | " + " | ".join(cells) + " |", "|---|" + "---|" * len(cells)]
         lines += [matrix_row(e, cells, budget, link, status) for e in experiments if cells_of(e) is cells]
+    hours = sum(s["seconds"] for s in status.values()) / 3600
+    peak = max(((s.get("peak_memory_mb") or 0), s["cell"], s["experiment"]) for s in status.values()) if status else None
+    lines += ["", f"Making these boards took {hours:.1f} hours of cell time (one cell at a time on 2 CPU cores, the "
+              "last run of each cell; `matrix_status.json` has each cell's seconds and peak memory)"
+              + (f"; the largest peak memory of a run: {peak[0]:,} MB ({peak[1]} on {peak[2]})." if peak and peak[0]
+                 else ".")]
     slow = [f"{s['cell']} on {s['experiment']} ({s['seconds'] / 60:.0f} min)" for s in status.values()
             if s["rc"] == 0 and s["seconds"] > CELL_TIMEOUT_S]
     if slow:
