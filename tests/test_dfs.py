@@ -294,8 +294,8 @@ def test_running_aggregates_read_values_as_the_sql_path_does(monkeypatch):
               time_column="joined"),
         Table("cities", "cities.parquet", [
             Column("city_id", "primary_key"), Column("since", "datetime"), Column("big", "category"),
-            Column("region", "category"), Column("rank", "category"), Column("coastal", "numeric")],
-            time_column="since"),
+            Column("region", "category"), Column("rank", "category"), Column("coastal", "numeric")]),
+        # a dimension table (no time of its own): its keys are conditions of the aggregates over visits
         Table("visits", "visits.parquet", [
             Column("visit_id", "primary_key"), Column("user_id", "foreign_key", "users.user_id"),
             Column("city_id", "foreign_key", "cities.city_id"), Column("at", "datetime"),
@@ -631,3 +631,16 @@ def test_where_switches_off():
     assert D.check_where(False) is None and D.check_where({"values": 0}) is None
     assert D.check_where({**WHERE, "values": 0}) is None
     assert D.check_where(WHERE).primitives == ("count", "mean", "last")
+
+
+def test_a_key_into_a_table_of_events_is_no_condition(tmp_path):
+    """Invoices have a time: ``lines.invoice_id`` names one past invoice, which no later cutoff's label is
+    about, so it is no interesting value however few invoices there are; a dimension table's key is."""
+    import planted
+    from fourdb.features.dfs.plan import check_where, interesting_values
+
+    db = Database.load(planted.line_items(tmp_path / "lines", n=50))
+    assert len(db.tables["invoices"]) < 100 and db.schema.table("invoices").time_column
+    conditions = interesting_values(db, check_where(None), None)
+    assert not any(c.column == "invoice_id" for c in conditions.get("lines", []))
+    assert {c.column for c in conditions.get("lines", [])} <= {"track_id"}

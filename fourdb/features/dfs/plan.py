@@ -279,8 +279,8 @@ def check_where(where) -> WhereConfig | None:
 
 def interesting_values(db: Database, config: WhereConfig, fit_until, hidden: dict[str, frozenset] | None = None
                        ) -> dict[str, list[Condition]]:
-    """Each table's conditions: per category column, and per foreign key into a lookup table (at most
-    ``lookup_rows`` rows), its ``values`` most frequent values holding at least ``min_share`` of the rows
+    """Each table's conditions: per category column, and per foreign key into a lookup table (one without a
+    time column, of at most ``lookup_rows`` rows), its ``values`` most frequent values holding at least ``min_share`` of the rows
     known by ``fit_until`` (None: every row), as the encoders choose their vocabularies: a later row never
     picks a value. A column with one value, or ``hidden`` (a seed row's unknown columns), has none."""
     hidden = hidden or {}
@@ -291,7 +291,10 @@ def interesting_values(db: Database, config: WhereConfig, fit_until, hidden: dic
         df = db.tables[t.name]
         conds = []
         for c in t.columns:
-            lookup = c.dtype == "foreign_key" and known[c.link_table].sum() <= config.lookup_rows
+            # a lookup is a small dimension table (no time of its own): a key into a table of events (an
+            # invoice, a season) names one past event, which no later cutoff's label is about
+            lookup = (c.dtype == "foreign_key" and db.schema.table(c.link_table).time_column is None
+                      and known[c.link_table].sum() <= config.lookup_rows)
             if c.name in hidden.get(t.name, ()) or not (c.dtype == "category" or lookup) or not known[t.name].any():
                 continue
             counts = df[c.name][known[t.name]].value_counts(dropna=True, sort=False)
