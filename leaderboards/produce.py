@@ -286,12 +286,12 @@ def main(argv=None) -> int:
         for e, c in todo:
             print(e, c)
         return 0
-    status = json.loads(STATUS.read_text()) if STATUS.exists() else {}
     lock = threading.Lock()
 
     def one(item):
         s = run_cell(*item, BUDGET, a.jobs, a.timeout)
-        with lock:
+        with lock:  # read again: another pass of produce.py may have written its cells meanwhile
+            status = json.loads(STATUS.read_text()) if STATUS.exists() else {}
             status[f"{s['experiment']} {s['cell']}"] = s
             STATUS.write_text(json.dumps(status, indent=1, sort_keys=True))
             write_matrix(ALL_TASKS, BUDGET, link)
