@@ -174,3 +174,14 @@ def test_certify_fails_when_rows_are_named_by_row_number(monkeypatch):
     verdict = certify()
     assert not verdict["passed"]
     assert verdict["first_failure"]["mode"] == "delete"
+
+
+def test_a_table_with_no_column_read_takes_no_part_in_a_step():
+    """lahman's franchises hold a key and a text name only, so no state: their edges (to teams) pull nothing,
+    as a GNN's convolution skips them, instead of stopping the run."""
+    from fourdb.run import run_experiment
+
+    record = run_experiment(config("dataset=lahman", "dataset.params.min_year=1995", "task=salary", "model=musegnn",
+                                   "graph=r2n", "sampler.fanouts=[5,5]", "trainer.epochs=1", "trainer.progress=false",
+                                   "max_train_seeds=300", "max_val_seeds=200"))
+    assert np.isfinite(record["metrics"]["test"]["mae"])

@@ -107,6 +107,8 @@ class MuseNet(HeteroGNN):
         conv_block, src = self.edges_as_sources(i, block, h.y)  # r2ne link rows: sources of their own
         pull, count = {}, {}  # per table: sum_r W_r mean_r Y, and R_v
         for et in conv_block.canonical_etypes:
+            if et[0] not in src or et[2] not in n:  # a table no column of which is read has no state (as in the GNNs)
+                continue
             s, d = conv_block.edges(etype=et)
             x = src[et[0]]
             degree = torch.bincount(d, minlength=n[et[2]]).to(x.dtype)
