@@ -41,7 +41,8 @@ def plan_run(cfg, out_dir, png: str | Path | None = None) -> tuple[str, str | No
     path = Path(png) if png is not None else Path(out_dir) / "plan.png"
     draw(strategies, chosen, path)
     limit = "" if wanted.memory_limit_gb is None else f", engine.memory_limit_gb={wanted.memory_limit_gb:g}"
-    lines = [table(strategies, chosen), "", "* on the Pareto frontier (no other strategy is as fast and as small, and better in one); "
+    lines = [table(strategies, chosen), "",
+             "* on the Pareto frontier (no other strategy is as fast and as small, and better in one); "
              f"-> what engine=auto picks (engine.objective={wanted.objective}{limit})", f"frontier plot: {path}"]
     return "\n".join(lines), verdict
 

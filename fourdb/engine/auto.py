@@ -116,7 +116,8 @@ def choose(source, rng: np.random.Generator) -> Plan:
         finally:
             torch.set_num_threads(threads)
         # AdamW's two moments per parameter, allocated at the first step (not taken by the profile)
-        state_mb = 0.0 if on_gpu else 2 * sum(p.numel() * p.element_size() for p in source.module.parameters()) / 2 ** 20
+        params = sum(p.numel() * p.element_size() for p in source.module.parameters())
+        state_mb = 0.0 if on_gpu else 2 * params / 2 ** 20
 
     cores = os.cpu_count() or 1
     spare = cores if on_gpu else max(1, cores - 1)

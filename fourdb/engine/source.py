@@ -19,6 +19,7 @@ from fourdb.contracts import DataSource
 from fourdb.engine.auto import choose
 from fourdb.engine.config import EngineConfig
 from fourdb.engine.data import GraphData, add_edge_features, node_inputs
+from fourdb.engine.frontier import pareto
 from fourdb.engine.layerwise import layerwise_inference
 from fourdb.engine.pipeline import prefetch
 from fourdb.engine.store import BatchStore
@@ -143,17 +144,20 @@ class GraphSource(DataSource):
             seconds = time.perf_counter() - start
             self.epoch_seconds.append(seconds)
             if self.plan is not None:
-                log.info("engine %s: epoch %d took %.2f s (predicted %.2f s), peak memory %.0f MB (predicted %.0f MB)%s",
-                         self.mode, len(self.epoch_seconds), seconds, self.plan.predicted_epoch_s, self.peak_mb,
-                         self.plan.predicted_peak_mb, "" if done else ", stopped early")
+                log.info("engine %s: epoch %d took %.2f s (predicted %.2f s), peak memory %.0f MB (predicted "
+                         "%.0f MB)%s", self.mode, len(self.epoch_seconds), seconds, self.plan.predicted_epoch_s,
+                         self.peak_mb, self.plan.predicted_peak_mb, "" if done else ", stopped early")
 
     def report(self) -> dict:
-        """What the engine did, for the run record: mode, threads, cache, predicted and measured epochs."""
+        """What the engine did, for the run record: mode, threads, cache, predicted and measured epochs;
+        under auto also the predicted and measured peak memory and the time/memory frontier."""
         out = {"mode": self.mode, "workers": self.workers, "cache_mb": self.cache_mb,
                "inference": self.engine.inference, "sampler_device": str(self.sampler.device),
                "epoch_seconds": [round(s, 3) for s in self.epoch_seconds]}
         if self.plan is not None:
-            out.update(prefetch=self.prefetch, objective=self.engine.objective, memory_limit_gb=self.engine.memory_limit_gb,
+            out.update(prefetch=self.prefetch, objective=self.engine.objective,
+                       memory_limit_gb=self.engine.memory_limit_gb,
+                       frontier=[s.to_dict() for s in pareto(self.plan.strategies)],
                        predicted_peak_mb=round(self.plan.predicted_peak_mb, 1), measured_peak_mb=round(self.peak_mb, 1),
                        predicted_epoch_seconds=round(self.plan.predicted_epoch_s, 3), auto_reason=self.plan.reason,
                        profile_ms={"sample": round(1e3 * self.plan.sample_s, 2), "replay": round(1e3 * self.plan.replay_s, 2),
