@@ -1,4 +1,4 @@
-"""The ``fourdb`` command: run (a Hydra app), validate, import, export, datasets, leaderboard."""
+"""The ``fourdb`` command: run and plan (Hydra apps), validate, import, export, datasets, leaderboard."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +13,8 @@ from fourdb.errors import FourdbError
 log = logging.getLogger("fourdb")
 
 
-def _hydra_run(argv: list[str]) -> None:
+def _hydra_run(argv: list[str], plan_png: str | None = None, plan: bool = False) -> None:
+    """``fourdb run`` (or, with ``plan``, ``fourdb plan``: price the engine's strategies, train nothing)."""
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -29,6 +30,20 @@ def _hydra_run(argv: list[str]) -> None:
         from fourdb.prepare import clear_launch, read_launch
 
         out_dir = HydraConfig.get().runtime.output_dir
+        if plan:
+            from fourdb.plan import plan_run
+
+            try:
+                check_settings(cfg)
+                text, verdict = plan_run(cfg, out_dir, plan_png)
+            except FourdbError as e:
+                text, verdict = None, str(e)
+            if text:
+                print(text, flush=True)
+            if verdict:  # a bad setting, or a memory limit no strategy meets
+                print(f"error: {verdict}", file=sys.stderr)
+                sys.exit(2)
+            return None
         quiet_other_ranks()
         try:  # trainer.nproc > 1: torchrun starts the ranks, rank 0 writes the record
             check_settings(cfg)  # before torchrun starts any rank, or trainer.nproc=auto profiles the run
@@ -262,12 +277,22 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "run":
         _hydra_run(argv[1:])
         return 0
+    if argv and argv[0] == "plan":  # Hydra overrides as for run, and --out FILE.png
+        rest, png = list(argv[1:]), None
+        if "--out" in rest:
+            at = rest.index("--out")
+            png = str(Path(rest[at + 1]).resolve()) if at + 1 < len(rest) else None
+            del rest[at:at + 2]
+        _hydra_run(rest, png, plan=True)
+        return 0
     if argv and argv[0] == "certify":  # a run that also proves its test predictions leak-free
         _hydra_run([*argv[1:], "certify.enabled=true"])
         return 0
     parser = argparse.ArgumentParser(prog="fourdb", description="Predictive ML on relational databases.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run experiments (Hydra overrides follow, e.g. model=sage -m)")
+    sub.add_parser("plan", help="predict epoch time and peak memory of every engine strategy for a run, mark the "
+                                "Pareto frontier and draw it (Hydra overrides as for run; --out FILE.png)")
     sub.add_parser("certify", help="run, then check that deleting or scrambling every row after a test cutoff "
                                    "leaves its predictions unchanged (Hydra overrides as for run)")
     p = sub.add_parser("import", help="convert a SQLite/DuckDB file, a 4DBInfer or a RelBench folder into a database folder")

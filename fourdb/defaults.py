@@ -49,12 +49,18 @@ def model_params(name: str) -> dict:
     return option("model", name).get("params") or {}
 
 
-def defaults_from(group: str):
+def defaults_from(group: str, only: str | None = None):
     """Class decorator, under ``@dataclass``: each field that the group's default option states (with
     the reason for its value) takes that value as its default; a field with a default of its own too
-    is refused. So ``TrainerConfig(epochs=4)`` trains as ``fourdb run trainer.epochs=4`` does."""
+    is refused. So ``TrainerConfig(epochs=4)`` trains as ``fourdb run trainer.epochs=4`` does.
+
+    ``only`` names an option whose own settings only it reads (``engine.objective``, read by
+    ``engine=auto`` alone): they are stated there, so the default option, and with it every other
+    option's composed config (and a committed run's config hash), does not carry them."""
     def apply(cls):
         stated = option(group)
+        if only is not None:
+            stated = {**option(group, only), **stated}
         for name in cls.__annotations__:
             if name not in stated:
                 continue

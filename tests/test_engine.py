@@ -245,7 +245,8 @@ def test_engine_auto_picks_and_logs_predicted_and_measured(tmp_path, monkeypatch
     assert eng["mode"] in ("online", "offline") and eng["workers"] >= 1
     assert eng["predicted_epoch_seconds"] > 0 and len(eng["epoch_seconds"]) == 2
     assert "engine auto:" in caplog.text and "predicted" in caplog.text
-    assert caplog.text.count("(predicted") == 2  # each epoch: measured beside predicted
+    assert caplog.text.count("(predicted") == 4  # each epoch: measured time and peak memory beside predicted
+    assert eng["predicted_peak_mb"] > 0 and eng["measured_peak_mb"] > 0
 
 
 def test_engine_config_rejects_unknown_settings():

@@ -25,7 +25,7 @@ LAYERS = [(name,) for name in FOUNDATIONS] + [
     ("fourdb.train",),
     ("fourdb.inputs", "fourdb.certify", "fourdb.settings"),
     ("fourdb.prepare",),  # a run's task, database, splits, model, inputs and trainer config
-    ("fourdb.launch", "fourdb.run"),  # the launcher and a run both start from prepare_run; neither imports the other
+    ("fourdb.launch", "fourdb.run", "fourdb.plan"),  # each starts from prepare_run; none imports another
     ("fourdb.leaderboard", "fourdb.export"),  # both read run records, tasks and databases
     ("fourdb.cli",),
 ]

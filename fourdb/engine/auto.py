@@ -15,8 +15,17 @@ overlaps only partly (``CPU_OVERLAP``). Online epochs cost ``batches * step(samp
 costs building ``store_epochs`` epochs once (nothing when a sweep has built it already) and then
 ``batches * step(replay)`` per epoch. The cheaper total over the planned epochs wins. The feature
 cache: on a GPU, all feature rows that fit in a quarter of its free memory; on the CPU none (rows
-packed per batch read fastest) unless the store would not fit in a quarter of the free RAM. The
-run log states the prediction, and each epoch's measured time beside it.
+packed per batch read fastest) unless the store would not fit in a quarter of the free RAM.
+
+Memory: the dry run also measures the process's resident memory now, the peak a model step adds
+(polled while it runs) and the bytes of a made batch. A strategy's predicted peak is that, plus the
+optimizer's state, plus the batches its pipeline keeps alive (``held_batches``), plus, offline, the
+stored epochs it reads (memory-mapped pages count as resident once read) and the RAM hot tier. Every
+strategy (online with 1..4 sampler threads, offline; each with prefetch depth 1 or ``engine.prefetch``)
+becomes a point (epoch seconds, peak MB); ``fourdb.engine.frontier.pick`` takes the fastest
+(``engine.objective=time``) or the smallest (``memory``) on the Pareto frontier under
+``engine.memory_limit_gb``. The run log states the prediction, and each epoch's measured time and
+peak memory beside it.
 """
 from __future__ import annotations
 
@@ -25,14 +34,15 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from fourdb.engine.frontier import Strategy, pareto, pick
 from fourdb.engine.pipeline import prefetch
 from fourdb.engine.store import hot_budget_rows, replay_seconds, store_key
-from fourdb.engine.timing import measure_steps, median_seconds, row_bytes
+from fourdb.engine.timing import PeakRSS, batch_mb, measure_steps, median_seconds, row_bytes, rss_mb
 from fourdb.utils import cache_root
 
 log = logging.getLogger("fourdb")
@@ -44,14 +54,15 @@ BUILD_COST = 3.0  # building a stored batch (sample, pack, write, checksum) over
 class Plan:
     mode: str
     workers: int
+    prefetch: int
     cache_mb: float
     predicted_epoch_s: float
-    predicted_online_epoch_s: float
-    predicted_offline_epoch_s: float
+    predicted_peak_mb: float
     sample_s: float
     replay_s: float
     model_s: float
     reason: str
+    strategies: list = field(default_factory=list)  # every Strategy the cost model priced
 
 
 def step_seconds(model_s: float, data_s: float, on_gpu: bool) -> float:
@@ -71,8 +82,15 @@ def _free_memory_mb(device) -> float:
         return 4096.0
 
 
+def held_batches(workers: int, depth: int) -> int:
+    """Batches alive at once in ``prefetch(jobs, workers, depth)``: the queue, those in production and the
+    one the model is on (fourdb/engine/pipeline.py: one thread queues ``depth``, a pool ``max(depth, workers)``)."""
+    return depth + 2 if workers <= 1 else max(depth, workers) + 1
+
+
 def choose(source, rng: np.random.Generator) -> Plan:
     eng = source.engine
+    base_mb = rss_mb()  # the graph, its features and the model, before anything the engine adds
     plan = source.epoch_plan(copy.deepcopy(rng))[: max(2, eng.profile_batches)]
 
     def job(idx, seed):
@@ -87,22 +105,24 @@ def choose(source, rng: np.random.Generator) -> Plan:
     replay_s = next(prefetch([lambda: replay_seconds(source, [m[0] for m in made])], workers=1, depth=1))
     device = source.device if source.device is not None else torch.device("cpu")
     on_gpu = torch.device(device).type == "cuda"
-    model_s = 0.0
+    model_s, step_mb, state_mb = 0.0, 0.0, 0.0
     if source.module is not None:
         threads = torch.get_num_threads()
         torch.set_num_threads(max(1, min(threads, (os.cpu_count() or 1) - 1)))
         try:
-            model_s = measure_steps(source.module, device, [m[1] for m in made])
+            with PeakRSS() as peak:  # activations and gradients, freed when a step is over
+                model_s = measure_steps(source.module, device, [m[1] for m in made])
+            step_mb = 0.0 if on_gpu else peak.growth_mb
         finally:
             torch.set_num_threads(threads)
+        # AdamW's two moments per parameter, allocated at the first step (not taken by the profile)
+        params = sum(p.numel() * p.element_size() for p in source.module.parameters())
+        state_mb = 0.0 if on_gpu else 2 * params / 2 ** 20
 
     cores = os.cpu_count() or 1
     spare = cores if on_gpu else max(1, cores - 1)
-    workers = int(min(spare, 4, max(1, math.ceil(sample_s / max(model_s, 1e-6)))))
     nb = source.num_train_batches()
     epochs = max(1, source.planned_epochs or eng.store_epochs)
-    online_epoch = nb * step_seconds(model_s, sample_s / workers, on_gpu)
-    offline_epoch = nb * step_seconds(model_s, replay_s, on_gpu)
 
     # feature tiers: on a GPU, every feature row that fits in a quarter of its free memory stays there
     # (only cold rows travel); on the CPU, rows packed per batch read sequentially beat gathering hot
@@ -120,14 +140,27 @@ def choose(source, rng: np.random.Generator) -> Plan:
     key = store_key(source, rng, eng.store_epochs, hot_budget_rows(source, cache_mb))
     built = (cache_root() / "store" / key / "manifest.json").exists()
     build_s = 0.0 if built else eng.store_epochs * nb * sample_s * BUILD_COST
-    online_total = epochs * online_epoch
-    offline_total = build_s + epochs * offline_epoch
-    mode = "offline" if offline_total < online_total else "online"
-    reason = (f"{epochs} epochs x {nb} batches: online {online_total:.1f} s vs store "
-              f"{'(already built) ' if built else f'(build {build_s:.1f} s) '}{offline_total:.1f} s")
-    chosen = Plan(mode, workers, cache_mb, offline_epoch if mode == "offline" else online_epoch, online_epoch,
-                  offline_epoch, sample_s, replay_s, model_s, reason)
-    log.info("engine auto: per batch sample %.1f ms, replay %.1f ms, model %.1f ms; %s -> %s, %d sampler "
-             "thread(s), feature cache %.0f MB; predicted epoch %.2f s", 1e3 * sample_s, 1e3 * replay_s,
-             1e3 * model_s, reason, mode, workers, cache_mb, chosen.predicted_epoch_s)
+
+    # memory (this process's RSS; on a GPU the model's own memory is left out): what is there now, a
+    # training step's peak and the optimizer's state, plus the batches alive in the pipeline; offline,
+    # the stored epochs read so far (memory-mapped pages count as resident once read) and the RAM hot tier
+    one_batch = float(np.mean([batch_mb(m[1]) for m in made]))
+    fixed = base_mb + step_mb + state_mb
+    stored = min(epochs, eng.store_epochs) / eng.store_epochs * store_mb + (0.0 if on_gpu else cache_mb)
+    depths = sorted({1, eng.prefetch})
+    strategies = [Strategy("online", w, d, nb * step_seconds(model_s, sample_s / w, on_gpu),
+                           fixed + held_batches(w, d) * one_batch)
+                  for w in range(1, int(min(spare, 4)) + 1) for d in depths]
+    strategies += [Strategy("offline", 1, d, build_s / epochs + nb * step_seconds(model_s, replay_s, on_gpu),
+                            fixed + stored + held_batches(1, d) * one_batch) for d in depths]
+    best = pick(strategies, eng.objective, eng.memory_limit_gb)
+    limit = "" if eng.memory_limit_gb is None else f" under {eng.memory_limit_gb:g} GB"
+    reason = (f"{epochs} epochs x {nb} batches, store {'already built' if built else f'build {build_s:.1f} s'}; "
+              f"{len(pareto(strategies))} of {len(strategies)} strategies on the time/memory frontier; "
+              f"objective {eng.objective}{limit}")
+    chosen = Plan(best.mode, best.workers, best.prefetch, cache_mb,
+                  best.epoch_s, best.peak_mb, sample_s, replay_s, model_s, reason, strategies)
+    log.info("engine auto: per batch sample %.1f ms, replay %.1f ms, model %.1f ms, %.1f MB (step %.1f MB); %s "
+             "-> %s, feature cache %.0f MB; predicted epoch %.2f s, peak %.0f MB", 1e3 * sample_s, 1e3 * replay_s,
+             1e3 * model_s, one_batch, step_mb, reason, best.name, chosen.cache_mb, best.epoch_s, best.peak_mb)
     return chosen

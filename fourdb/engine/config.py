@@ -8,10 +8,13 @@ from fourdb.errors import SettingError, did_you_mean, refuse_unknown
 
 MODES = ("online", "offline", "auto")
 INFERENCE = ("sampled", "layerwise")
+OBJECTIVES = ("time", "memory")
 
 
 @dataclass
-@defaults_from("engine")  # conf/engine/online.yaml states these defaults, and what each setting does
+# conf/engine/online.yaml states these defaults, and what each setting does; conf/engine/auto.yaml those
+# only engine=auto reads (objective, memory_limit_gb)
+@defaults_from("engine", only="auto")
 class EngineConfig:
     mode: str
     workers: int
@@ -21,9 +24,12 @@ class EngineConfig:
     inference: str
     device: str
     profile_batches: int
+    objective: str
+    memory_limit_gb: float | None
 
     def __post_init__(self):
-        for setting, value, choices in (("mode", self.mode, MODES), ("inference", self.inference, INFERENCE)):
+        for setting, value, choices in (("mode", self.mode, MODES), ("inference", self.inference, INFERENCE),
+                                        ("objective", self.objective, OBJECTIVES)):
             if value not in choices:
                 raise SettingError(f"unknown engine {setting} '{value}'{did_you_mean(value, choices)} "
                                    f"(choose from {', '.join(choices)})")

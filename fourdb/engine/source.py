@@ -19,9 +19,11 @@ from fourdb.contracts import DataSource
 from fourdb.engine.auto import choose
 from fourdb.engine.config import EngineConfig
 from fourdb.engine.data import GraphData, add_edge_features, node_inputs
+from fourdb.engine.frontier import pareto
 from fourdb.engine.layerwise import layerwise_inference
 from fourdb.engine.pipeline import prefetch
 from fourdb.engine.store import BatchStore
+from fourdb.engine.timing import rss_mb
 
 log = logging.getLogger("fourdb")
 
@@ -39,10 +41,11 @@ class GraphSource(DataSource):
         dev = self.engine.sampler_device()
         self.sampler = data.sampler if str(data.sampler.device) == dev else data.sampler.to(dev)
         self.mode = None if self.engine.mode == "auto" else self.engine.mode
-        self.workers = self.engine.workers
+        self.workers, self.prefetch = self.engine.workers, self.engine.prefetch
         self.cache_mb = self.engine.cache_mb
         self.plan = None  # the auto decision, with its predicted epoch time
         self.epoch_seconds: list[float] = []
+        self.peak_mb = 0.0  # under auto: the highest resident memory seen between training batches
         self.store = None
         self.module, self.device = None, None  # handed over by the trainer (``prepare``), for ``auto``
         self.planned_epochs = None
@@ -118,36 +121,45 @@ class GraphSource(DataSource):
         if self.mode is None:
             self.plan = choose(self, rng)
             self.mode, self.workers, self.cache_mb = self.plan.mode, self.plan.workers, self.plan.cache_mb
+            self.prefetch = self.plan.prefetch
         if self.mode == "offline":
             if self.store is None:
                 self.store = BatchStore.open_or_build(self, rng, self.engine.store_epochs, self.cache_mb)
-            batches = self.store.epoch_batches(self, rng, self.workers, self.engine.prefetch)
+            batches = self.store.epoch_batches(self, rng, self.workers, self.prefetch)
         else:
             plan = self.epoch_plan(rng)
             batches = prefetch(((lambda i=idx, s=seed: self.train_batch(i, s)) for idx, seed in plan),
-                               self.workers, self.engine.prefetch)
+                               self.workers, self.prefetch)
         yield from self._timed(batches)
 
     def _timed(self, batches):
         start, done = time.perf_counter(), False
         try:
             for item in batches:
+                if self.plan is not None:  # what the plan predicted the peak of: sampled once a batch
+                    self.peak_mb = max(self.peak_mb, rss_mb())
                 yield item
             done = True
         finally:
             seconds = time.perf_counter() - start
             self.epoch_seconds.append(seconds)
             if self.plan is not None:
-                log.info("engine %s: epoch %d took %.2f s (predicted %.2f s)%s", self.mode, len(self.epoch_seconds),
-                         seconds, self.plan.predicted_epoch_s, "" if done else ", stopped early")
+                log.info("engine %s: epoch %d took %.2f s (predicted %.2f s), peak memory %.0f MB (predicted "
+                         "%.0f MB)%s", self.mode, len(self.epoch_seconds), seconds, self.plan.predicted_epoch_s,
+                         self.peak_mb, self.plan.predicted_peak_mb, "" if done else ", stopped early")
 
     def report(self) -> dict:
-        """What the engine did, for the run record: mode, threads, cache, predicted and measured epochs."""
+        """What the engine did, for the run record: mode, threads, cache, predicted and measured epochs;
+        under auto also the predicted and measured peak memory and the time/memory frontier."""
         out = {"mode": self.mode, "workers": self.workers, "cache_mb": self.cache_mb,
                "inference": self.engine.inference, "sampler_device": str(self.sampler.device),
                "epoch_seconds": [round(s, 3) for s in self.epoch_seconds]}
         if self.plan is not None:
-            out.update(predicted_epoch_seconds=round(self.plan.predicted_epoch_s, 3), auto_reason=self.plan.reason,
+            out.update(prefetch=self.prefetch, objective=self.engine.objective,
+                       memory_limit_gb=self.engine.memory_limit_gb,
+                       frontier=[s.to_dict() for s in pareto(self.plan.strategies)],
+                       predicted_peak_mb=round(self.plan.predicted_peak_mb, 1), measured_peak_mb=round(self.peak_mb, 1),
+                       predicted_epoch_seconds=round(self.plan.predicted_epoch_s, 3), auto_reason=self.plan.reason,
                        profile_ms={"sample": round(1e3 * self.plan.sample_s, 2), "replay": round(1e3 * self.plan.replay_s, 2),
                                    "model": round(1e3 * self.plan.model_s, 2)})
         if self.store is not None:

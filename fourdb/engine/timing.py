@@ -1,5 +1,6 @@
 """What the cost models (``engine=auto`` and ``trainer.nproc=auto``) measure and estimate, in one place:
-moving a batch to the device, timing a model's training steps, and the bytes of one stored feature row."""
+moving a batch to the device, timing a model's training steps, the bytes of one stored feature row, and
+the memory a batch holds and a training step takes."""
 from __future__ import annotations
 
 import time
@@ -58,3 +59,50 @@ def measure_steps(module: torch.nn.Module, device, inputs: list, opt: torch.opti
 def row_bytes(features: dict) -> float:
     """Mean bytes of one stored feature row over the tables (float32 numbers, int64 codes, a slot)."""
     return float(np.mean([f.numeric.shape[1] * 4 + f.categorical.shape[1] * 8 + 8 for f in features.values()]))
+
+
+def rss_mb() -> float:
+    """This process's resident memory now, in MB (0 without psutil)."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover
+        return 0.0
+    return psutil.Process().memory_info().rss / 2 ** 20
+
+
+class PeakRSS:
+    """``with PeakRSS() as p: ...``: ``p.growth_mb`` is the highest resident memory seen inside, over that at
+    the start, polled on a thread (every ``interval`` s) since a step frees its activations before it returns."""
+
+    def __init__(self, interval: float = 0.002):
+        self.interval, self.growth_mb = interval, 0.0
+
+    def __enter__(self):
+        import threading
+
+        self.start = self.peak = rss_mb()
+        self._stop = threading.Event()
+
+        def poll():
+            while not self._stop.wait(self.interval):
+                self.peak = max(self.peak, rss_mb())
+
+        self._thread = threading.Thread(target=poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mb())
+        self.growth_mb = self.peak - self.start
+        return False
+
+
+def batch_mb(inputs) -> float:
+    """Megabytes one made batch holds: its blocks' edge and node ids and its gathered feature tensors."""
+    blocks, feats = inputs
+    ids = sum(b.num_edges(et) * 3 for b in blocks for et in b.canonical_etypes)  # src, dst, edge id
+    ids += sum(b.num_src_nodes(nt) for b in blocks for nt in b.srctypes)
+    tensors = [t for d in feats.values() for t in (d.values() if isinstance(d, dict) else [d]) if torch.is_tensor(t)]
+    return (8 * ids + sum(t.numel() * t.element_size() for t in tensors)) / 2 ** 20

@@ -1,0 +1,52 @@
+"""Strategies as points (epoch seconds, peak memory), their Pareto frontier, and a pick under a constraint.
+
+Pure functions over a cost table, so ``engine=auto`` and ``fourdb plan`` choose the same way and the
+rules can be checked on a made-up table.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from fourdb.errors import SettingError
+
+
+@dataclass(frozen=True)
+class Strategy:
+    mode: str  # online or offline
+    workers: int  # sampler (or replay) threads
+    prefetch: int  # batches prepared ahead at most
+    epoch_s: float  # predicted seconds per training epoch (offline: with the store's build spread over the epochs)
+    peak_mb: float  # predicted peak resident memory of the process while training
+
+    @property
+    def name(self) -> str:
+        return f"{self.mode} workers={self.workers} prefetch={self.prefetch}"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "epoch_s": round(self.epoch_s, 4), "peak_mb": round(self.peak_mb, 1)}
+
+
+def dominates(a: Strategy, b: Strategy) -> bool:
+    return a.epoch_s <= b.epoch_s and a.peak_mb <= b.peak_mb and (a.epoch_s < b.epoch_s or a.peak_mb < b.peak_mb)
+
+
+def pareto(strategies: list[Strategy]) -> list[Strategy]:
+    """The strategies no other is at least as fast and as small as (and better in one), fastest first;
+    of exact ties, the first listed."""
+    front = [s for s in strategies if not any(dominates(o, s) for o in strategies)]
+    unique = list({(s.epoch_s, s.peak_mb): s for s in reversed(front)}.values())
+    return sorted(unique, key=lambda s: (s.epoch_s, s.peak_mb))
+
+
+def pick(strategies: list[Strategy], objective: str = "time", memory_limit_gb: float | None = None) -> Strategy:
+    """The fastest (``time``) or the smallest (``memory``) frontier strategy under ``memory_limit_gb``;
+    a limit none meets is a one-line error naming the smallest strategy."""
+    front = pareto(strategies)
+    fits = [s for s in front if memory_limit_gb is None or s.peak_mb <= 1024 * memory_limit_gb]
+    if not fits:
+        least = min(front, key=lambda s: s.peak_mb)
+        raise SettingError(f"engine.memory_limit_gb={memory_limit_gb:g}: no strategy fits; the one with least "
+                           f"memory, {least.name}, is predicted to peak at {least.peak_mb / 1024:.2f} GB")
+    if objective == "memory":
+        return min(fits, key=lambda s: (s.peak_mb, s.epoch_s))
+    return min(fits, key=lambda s: (s.epoch_s, s.peak_mb))
