@@ -189,6 +189,9 @@ def run_cell(experiment: str, cell: str, budget: dict, jobs: int, timeout_s: flo
     archive_stale(experiment, cell)
     sweep = ROOT / "multirun" / "leaderboard" / experiment / cell.replace(":", "_")
     seeds = [s for s in SEEDS if s not in done_seeds(experiment, cell, budget)]
+    if not seeds:  # another pass made it meanwhile
+        return {"experiment": experiment, "cell": cell, "rc": 0, "seconds": 0.0, "submitted": "already on the board",
+                "peak_memory_mb": None, "error": None}
     args = [sys.executable, "-m", "fourdb.cli", "run", "-m", f"experiment={experiment}", *overrides(cell),
             f"seed={','.join(map(str, seeds))}",
             *(f"{k}={v}" for k, v in budget.items()), "trainer.progress=false", f"hydra.sweep.dir={sweep}"]
