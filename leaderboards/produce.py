@@ -293,6 +293,8 @@ def main(argv=None) -> int:
 
     def one(item):
         s = run_cell(*item, BUDGET, a.jobs, a.timeout)
+        if s["submitted"] == "already on the board":  # the pass that made it keeps its status
+            return
         with lock:  # read again: another pass of produce.py may have written its cells meanwhile
             status = json.loads(STATUS.read_text()) if STATUS.exists() else {}
             status[f"{s['experiment']} {s['cell']}"] = s
