@@ -234,6 +234,9 @@ def matrix_row(e: str, cells: list[str], budget: dict, link: dict, status: dict)
         if n == len(SEEDS) or not s:
             row.append(str(n) if n or s else "not run")
         else:
+            if s["rc"] == 0:  # it ran, but its records were made with feature settings that have changed since
+                row.append(f"{n}, to be made again (feature settings changed)")
+                continue
             why = "timed out" if s["rc"] == "timeout" else f"failed ({s['error'] or s['rc']})"
             row.append(f"{n}, {why} after {s['seconds']:.0f} s")
     return f"| {e} | " + " | ".join(row) + " |"
@@ -259,7 +262,7 @@ def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
         lines += [matrix_row(e, cells, budget, link, status) for e in experiments if cells_of(e) is cells]
     hours = sum(s["seconds"] for s in status.values()) / 3600
     peak = max(((s.get("peak_memory_mb") or 0), s["cell"], s["experiment"]) for s in status.values()) if status else None
-    lines += ["", f"Making these boards took {hours:.1f} hours of cell time (one cell at a time on 2 CPU cores, the "
+    lines += ["", f"Making these boards took {hours:.1f} hours of cell time (on 2 CPU cores, up to three cells at once, the "
               "last run of each cell; `matrix_status.json` has each cell's seconds and peak memory)"
               + (f"; the largest peak memory of a run: {peak[0]:,} MB ({peak[1]} on {peak[2]})." if peak and peak[0]
                  else ".")]
