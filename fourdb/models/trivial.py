@@ -35,7 +35,10 @@ class Trivial(Model):
         return self.fallback
 
     def predict(self, data: LabelData, split: str) -> np.ndarray:
-        out = np.array([self.per_entity(p) if len(p) else self.fallback for p in data.past(split)], dtype=np.float64)
+        if type(self).per_entity is Trivial.per_entity:  # a global baseline: no entity's history to read
+            out = np.array([self.fallback] * len(data.cutoffs[split]), dtype=np.float64)
+        else:
+            out = np.array([self.per_entity(p) if len(p) else self.fallback for p in data.past(split)], dtype=np.float64)
         out = out.reshape(len(data.cutoffs[split]), -1)
         if self.info.task_type.is_regression or not self.info.task_type.per_class:
             out = out[:, -1]  # a value, or P(class 1)
