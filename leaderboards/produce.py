@@ -140,9 +140,25 @@ def of_cell(record: dict, experiment: str, cell: str) -> bool:
     return all(record["inputs"].get(k) in (v, built[k]) for k, v in inputs.items())
 
 
+@functools.cache
+def task_splits(experiment: str) -> dict:
+    """Seeds per split of the task as it is made today."""
+    from fourdb.datasets import load_dataset
+    from fourdb.tasks import load_task
+
+    dataset, name = experiment_task(experiment)
+    frame = load_task(load_dataset(dataset), dataset, name).frame
+    return {s: int(n) for s, n in frame["split"].value_counts().items()}
+
+
 def stale(record: dict, cell: str) -> bool:
-    """A record of ``cell`` whose feature set computed other columns than today's (e.g. DFS before a new kind
-    of aggregate): its cell is made again, and the record is moved to leaderboards/archive/."""
+    """A record of ``cell`` made on other splits than today's task has (a change to how tasks are made), or
+    whose feature set computed other columns than today's (e.g. DFS before a new kind of aggregate): its cell
+    is made again, and the record is moved to leaderboards/archive/."""
+    from fourdb.leaderboard.schema import same_splits
+
+    if not same_splits(record, {"num_seeds_available": task_splits(f"{record['dataset']}-{record['task']}")}):
+        return True
     _, inputs = cell_inputs(cell)
     name = inputs.get("features")
     if name in (None, "history", "labels"):

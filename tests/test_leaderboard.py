@@ -125,6 +125,19 @@ def test_stale_task_version_refused(tmp_path, base_record):
     assert base_record["task_spec_hash"] == find_task("synthetic", "taste").spec_hash
 
 
+def test_records_scored_on_other_splits_are_not_pooled(tmp_path, base_record):
+    """A change to how a task is made can move seeds between splits with the same SQL: the board shows the
+    records on the newest record's splits and says how many it leaves out."""
+    old = variant(base_record, 0, test=0.99)
+    old["num_seeds_available"] = {**old["num_seeds_available"], "train": old["num_seeds_available"]["train"] + 3}
+    old["submitted_at"] = "2026-01-01T00:00:00Z"
+    submit(tmp_path, old)
+    submit(tmp_path, variant(base_record, 1, test=0.5))
+    text = show("synthetic", "taste", tmp_path)
+    assert "0.99" not in text and "0.5000" in text
+    assert "1 record(s) made against an earlier version of this task" in text
+
+
 def _submitter(root, record, seeds, barrier):
     barrier.wait()
     for s in seeds:

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fourdb.leaderboard.schema import budget_label, protocol_label, setting
+from fourdb.leaderboard.schema import budget_label, protocol_label, same_splits, setting
 from fourdb.metrics import higher_is_better
 from fourdb.tasks.types import TaskType
 from fourdb.errors import FourdbError
@@ -150,7 +150,7 @@ def aggregate(records: list[dict]) -> list[dict]:
     """Board tables of one (dataset, task): one per protocol and training budget, each a frame of ranked settings.
 
     Returns dicts with dataset, task, task_type, metric, protocol, budget, spec_hash, stale (records of an
-    earlier task version, not shown), sanity (the task file says so), records (those shown) and frame.
+    earlier task version, its SQL or its splits, not shown), sanity (the task file says so), records (those shown) and frame.
     Records read from several roots (``ROOT_FIELD``) are never pooled across roots; a ``root`` column says
     where each row comes from.
     """
@@ -160,6 +160,10 @@ def aggregate(records: list[dict]) -> list[dict]:
     dataset, task = first["dataset"], first["task"]
     current = _spec_hash(first)
     shown = [r for r in records if _spec_hash(r) in (None, r["task_spec_hash"])]
+    # the newest record's splits stand for today's task; records scored on other splits are of an earlier version
+    if made := [r for r in shown if not r.get("external")]:
+        newest = max(made, key=lambda r: r.get("submitted_at") or "")
+        shown = [r for r in shown if same_splits(r, newest)]
     stale = len(records) - len(shown)
     roots = any(ROOT_FIELD in r for r in records)
     groups: dict[tuple, list[dict]] = {}
@@ -417,7 +421,7 @@ def _note(t: dict) -> str:
     if t.get("sanity"):
         note += "; a sanity task, left out of the average ranks"
     if t["stale"]:
-        note += f"; {t['stale']} record(s) made against an earlier version of this task are not shown"
+        note += f"; {t['stale']} record(s) made against an earlier version of this task (its SQL, or splits other than the newest record's) are not shown"
     return note
 
 

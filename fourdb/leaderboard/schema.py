@@ -172,6 +172,13 @@ def budget_label(record: dict) -> str:
     return f"train {'all' if train is None else train} / val {'all' if val is None else val} seeds"
 
 
+def same_splits(record: dict, reference: dict) -> bool:
+    """Whether two records were scored on the same task splits: equal seed counts in every split both state.
+    A change to how a task is made can move seeds across splits without changing its SQL (its spec hash)."""
+    a, b = record.get("num_seeds_available") or {}, reference.get("num_seeds_available") or {}
+    return all(a[s] == b[s] for s in a.keys() & b.keys())
+
+
 def record_key(record: dict) -> tuple:
     """Two records with the same key are the same run: a second submission is refused."""
     return (record["dataset"], record["task"], record["model"], stable_hash(record["inputs"]), record["seed"],
