@@ -17,6 +17,7 @@ import argparse
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -44,8 +45,24 @@ ALL_TASKS = TASKS + REC_TASKS
 REC_CELLS = ["popularity:history", "repeat:history", "gbdt:single_table", "gbdt:dfs", "lightgbm:dfs", "mlp:single_table",
              "sage:r2ne", "idgnn:r2ne", "contextgnn:r2ne"]
 SEEDS = (0, 1, 2)
-# 2 CPU cores: training and early stopping on a fixed subsample; the test split is always whole
-BUDGET = {"max_train_seeds": 5000, "max_val_seeds": 3000}
+# `--certify`: seed 0 of these cells is made again with `fourdb certify` and takes its board record's place (the
+# metric must come out the same): the field's newest models, on a task of every database in their family
+NEW_MODELS = ["relgt:r2n", "musegnn:r2n", "lightgbm:single_table", "lightgbm:dfs"]
+CERTIFY = {"synthetic-taste": NEW_MODELS, "nycflights13-late-arrival": NEW_MODELS, "lahman-hall-of-fame": NEW_MODELS,
+           "browsing-next-views": ["contextgnn:r2ne", "lightgbm:dfs"],
+           "nycflights13-plane-destinations": ["contextgnn:r2ne", "lightgbm:dfs"],
+           "lahman-roster-additions": ["contextgnn:r2ne", "lightgbm:dfs"]}
+# 2 CPU cores: `small` trains and early-stops on a fixed subsample, the whole matrix; the larger budgets run each
+# task's headline cells (learning curves: small, 30k, full). The test split is always whole.
+BUDGETS = {"small": {"max_train_seeds": 5000, "max_val_seeds": 3000},
+           "30k": {"max_train_seeds": 30000, "max_val_seeds": 3000},
+           "full": {"max_train_seeds": None, "max_val_seeds": None}}
+BUDGET = BUDGETS["small"]
+RUN_LIMIT_S = 1800  # larger budgets: 3 seeds where one run fits in this, else seed 0 alone (marked, with its time)
+STOP_S = 5400  # larger budgets: a run still going after this is stopped, and MATRIX.md says so
+# larger budgets: the engine profiles and picks online or offline (a store replays repeated epochs), under a
+# memory limit that leaves room for a second pass
+LARGE_GRAPH_OVERRIDES = ["engine=auto", "engine.memory_limit_gb=10"]
 STATUS = ROOT / "leaderboards" / "matrix_status.json"
 # FT-Transformer attends over one token per column: wider DFS tables need (columns^2) memory per row
 # and layer (2,022 lahman columns: ~33 GB of attention scores per batch of 512), beyond this machine
@@ -166,23 +183,30 @@ def stale(record: dict, cell: str) -> bool:
     return ((record.get("config") or {}).get("features") or {}) != {"name": name, **feature_settings(name)}
 
 
-def archive_stale(experiment: str, cell: str) -> int:
-    """Move the cell's stale records off its board (kept, in leaderboards/archive/<dataset>/<task>.jsonl)."""
+def archive(experiment: str, leaves) -> int:
+    """Move the board's records for which ``leaves(record)`` holds to leaderboards/archive/<dataset>/<task>.jsonl
+    (kept, off the board), under the board's lock."""
+    from filelock import FileLock
+
     dataset, task = experiment_task(experiment)
     board = ROOT / "leaderboards" / dataset / f"{task}.jsonl"
     if not board.exists():
         return 0
-    keep, moved = [], []
-    for line in board.read_text().splitlines():
-        r = json.loads(line)
-        (moved if of_cell(r, experiment, cell) and stale(r, cell) else keep).append(line)
-    if moved:
-        archive = ROOT / "leaderboards" / "archive" / dataset / f"{task}.jsonl"
-        archive.parent.mkdir(parents=True, exist_ok=True)
-        with open(archive, "a") as out:
-            out.write("\n".join(moved) + "\n")
-        board.write_text("".join(line + "\n" for line in keep))
+    with FileLock(str(board) + ".lock"):
+        keep, moved = [], []
+        for line in board.read_text().splitlines():
+            (moved if leaves(json.loads(line)) else keep).append(line)
+        if moved:
+            to = ROOT / "leaderboards" / "archive" / dataset / f"{task}.jsonl"
+            to.parent.mkdir(parents=True, exist_ok=True)
+            with open(to, "a") as out:
+                out.write("".join(line + "\n" for line in moved))
+            board.write_text("".join(line + "\n" for line in keep))
     return len(moved)
+
+
+def archive_stale(experiment: str, cell: str) -> int:
+    return archive(experiment, lambda r: of_cell(r, experiment, cell) and stale(r, cell))
 
 
 def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
@@ -200,17 +224,23 @@ def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
     return seeds
 
 
-def run_cell(experiment: str, cell: str, budget: dict, jobs: int, timeout_s: float) -> dict:
-    """Runs the cell's seeds not yet on the board (all three on a fresh board)."""
+def budget_overrides(budget: dict) -> list[str]:
+    return [f"{k}={'null' if v is None else v}" for k, v in budget.items()]
+
+
+def run_cell(experiment: str, cell: str, budget: dict, jobs: int, timeout_s: float, seeds=SEEDS,
+             extra: tuple[str, ...] = ()) -> dict:
+    """Runs the cell's ``seeds`` not yet on the board (all three on a fresh board)."""
     archive_stale(experiment, cell)
-    sweep = ROOT / "multirun" / "leaderboard" / experiment / cell.replace(":", "_")
-    seeds = [s for s in SEEDS if s not in done_seeds(experiment, cell, budget)]
+    name = next(k for k, v in BUDGETS.items() if v == budget)
+    sweep = ROOT / "multirun" / "leaderboard" / ("" if name == "small" else name) / experiment / cell.replace(":", "_")
+    seeds = [s for s in seeds if s not in done_seeds(experiment, cell, budget)]
     if not seeds:  # another pass made it meanwhile
         return {"experiment": experiment, "cell": cell, "rc": 0, "seconds": 0.0, "submitted": "already on the board",
                 "peak_memory_mb": None, "error": None}
     args = [sys.executable, "-m", "fourdb.cli", "run", "-m", f"experiment={experiment}", *overrides(cell),
-            f"seed={','.join(map(str, seeds))}",
-            *(f"{k}={v}" for k, v in budget.items()), "trainer.progress=false", f"hydra.sweep.dir={sweep}"]
+            f"seed={','.join(map(str, seeds))}", *budget_overrides(budget), *extra, "trainer.progress=false",
+            f"hydra.sweep.dir={sweep}"]
     env = {**os.environ, "DGLBACKEND": "pytorch", "PYTHONWARNINGS": "ignore"}
     if jobs > 1:  # cells share the cores: one thread each
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -239,6 +269,130 @@ def run_cell(experiment: str, cell: str, budget: dict, jobs: int, timeout_s: flo
     return status
 
 
+def board_records(experiment: str) -> list[dict]:
+    dataset, task = experiment_task(experiment)
+    board = ROOT / "leaderboards" / dataset / f"{task}.jsonl"
+    return [json.loads(line) for line in board.read_text().splitlines()] if board.exists() else []
+
+
+def small_budget_runs(experiment: str, cell: str) -> list[dict]:
+    return [r for r in board_records(experiment) if of_cell(r, experiment, cell) and not stale(r, cell)
+            and all((r.get("config") or {}).get(k) == v for k, v in BUDGET.items())]
+
+
+def best_by_validation(experiment: str, candidates: list[str]) -> str | None:
+    """The candidate cell with the best mean validation metric on the small-budget board."""
+    from fourdb.metrics import higher_is_better
+
+    scores = {}
+    for c in candidates:
+        runs = small_budget_runs(experiment, c)
+        values = [r["metrics"]["val"][r["metric"]] for r in runs if r["metrics"].get("val", {}).get(r["metric"]) is not None]
+        if values:
+            scores[c] = sum(values) / len(values)
+            better = higher_is_better(runs[0]["metric"])
+    if not scores:
+        return None
+    return (max if better else min)(scores, key=scores.get)
+
+
+def headline_cells(experiment: str, link: dict) -> list[str]:
+    """A task's cells on the larger budgets. Classification and regression: the trivial baselines, GBDT and
+    LightGBM on DFS, sage and the strongest other GNN (on the graph each did best on), the best single-table
+    model; recommendation: popularity, repeat, the best pair ranker, idgnn and ContextGNN. "Best" is by mean
+    validation metric on the small-budget board."""
+    if experiment in REC_TASKS:
+        rankers = [c for c in REC_CELLS if cell_inputs(c)[1].get("features") not in (None, "history")]
+        cells = ["popularity:history", "repeat:history", best_by_validation(experiment, rankers), "idgnn:r2ne",
+                 "contextgnn:r2ne"]
+    else:
+        runnable = [c for c in CELLS if not skip_reason(experiment, c, link)]
+        graphs = [c for c in runnable if "graph" in cell_inputs(c)[1]]
+        cells = [*(c for c in runnable if c in TRIVIAL_CELLS), "gbdt:dfs", "lightgbm:dfs",
+                 best_by_validation(experiment, [c for c in graphs if c.startswith("sage:")]),
+                 best_by_validation(experiment, [c for c in graphs if not c.startswith("sage:")]),
+                 best_by_validation(experiment, [c for c in runnable if c.endswith(":single_table")])]
+    return [c for c in dict.fromkeys(cells) if c]
+
+
+def estimate_s(experiment: str, cell: str, budget: dict) -> float | None:
+    """One run's wall time on ``budget``, from the small budget's runs scaled by training seeds (linear: the
+    epochs' share of a run grows with them; an over-estimate where loading dominates)."""
+    runs = small_budget_runs(experiment, cell)
+    walls = [r["wall_seconds"] for r in runs if r.get("wall_seconds")]
+    if not walls:
+        return None
+    available = runs[0]["num_seeds_available"]["train"]
+    train = min(budget["max_train_seeds"] or available, available)
+    return sum(walls) / len(walls) * train / max(runs[0]["num_seeds"]["train"], 1)
+
+
+def status_key(budget_name: str, experiment: str, cell: str) -> str:
+    return f"{experiment} {cell}" if budget_name == "small" else f"{budget_name} {experiment} {cell}"
+
+
+def run_large_cell(experiment: str, cell: str, budget_name: str) -> dict:
+    """A headline cell on a larger budget: seed 0, then seeds 1 and 2 where one run fits in RUN_LIMIT_S."""
+    budget = BUDGETS[budget_name]
+    estimate = estimate_s(experiment, cell, budget)
+    print(f"{budget_name} {experiment} {cell}: estimated "
+          + (f"{estimate / 60:.1f} min per run" if estimate else "(no small-budget run to scale)"), flush=True)
+    extra = tuple(LARGE_GRAPH_OVERRIDES) if "graph" in cell_inputs(cell)[1] else ()
+    status = run_cell(experiment, cell, budget, 1, STOP_S, seeds=(0,), extra=extra)
+    first = [r for r in board_records(experiment) if of_cell(r, experiment, cell) and r["seed"] == 0
+             and all((r.get("config") or {}).get(k) == v for k, v in budget.items())]
+    run_s = first[0]["wall_seconds"] if first else None
+    if run_s is not None and run_s <= RUN_LIMIT_S:
+        more = run_cell(experiment, cell, budget, 1, 3 * STOP_S, seeds=SEEDS, extra=extra)
+        if more["submitted"] != "already on the board":
+            peaks = [p for p in (status["peak_memory_mb"], more["peak_memory_mb"]) if p is not None]
+            status = {**more, "seconds": round(status["seconds"] + more["seconds"], 1),
+                      "peak_memory_mb": max(peaks, default=None)}
+    status.update(estimated_s=round(estimate, 1) if estimate else None, run_s=run_s)
+    return status
+
+
+def certified(experiment: str, cell: str, budget: dict) -> dict | None:
+    """The verdict of `fourdb certify` on the cell's board record of seed 0, if it was run."""
+    for r in board_records(experiment):
+        cfg = r.get("config") or {}
+        if (of_cell(r, experiment, cell) and r["seed"] == 0 and not stale(r, cell)
+                and all(cfg.get(k) == v for k, v in budget.items()) and isinstance(r.get("certify"), dict)):
+            return r["certify"]
+    return None
+
+
+def certify_cell(experiment: str, cell: str, budget: dict, timeout_s: float) -> dict:
+    """Makes seed 0 of the cell again with certify on; its record replaces the board's (archived), and the two
+    test metrics are printed side by side: the rerun must reproduce the board."""
+    old = [r for r in board_records(experiment) if of_cell(r, experiment, cell) and r["seed"] == 0
+           and all((r.get("config") or {}).get(k) == v for k, v in budget.items())]
+    out = ROOT / "multirun" / "certify" / experiment / cell.replace(":", "_")
+    args = [sys.executable, "-m", "fourdb.cli", "certify", f"experiment={experiment}", *overrides(cell), "seed=0",
+            *budget_overrides(budget), "trainer.progress=false", f"hydra.run.dir={out}"]
+    env = {**os.environ, "DGLBACKEND": "pytorch", "PYTHONWARNINGS": "ignore"}
+    start = time.time()
+    shutil.rmtree(out, ignore_errors=True)  # a record left by an earlier try is not this run's
+    out.mkdir(parents=True)
+    with open(out.with_suffix(".log"), "w") as log:
+        try:
+            rc = subprocess.run(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s,
+                                start_new_session=True).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    status = {"experiment": experiment, "cell": cell, "rc": rc, "seconds": round(time.time() - start, 1)}
+    if (out / "record.json").exists():
+        new = json.loads((out / "record.json").read_text())
+        metric = new["metric"]
+        status.update(verdict="passed" if new["certify"]["passed"] else "FAILED",
+                      test=new["metrics"]["test"][metric], board_test=old[0]["metrics"]["test"][metric] if old else None)
+        archive(experiment, lambda r: r in old)
+        subprocess.run([sys.executable, "-m", "fourdb.cli", "leaderboard", "submit", str(out)], cwd=ROOT, check=True,
+                       capture_output=True, env=env)
+    print(json.dumps(status), flush=True)
+    return status
+
+
 def matrix_row(e: str, cells: list[str], budget: dict, link: dict, status: dict) -> str:
     row = []
     for c in cells:
@@ -256,6 +410,41 @@ def matrix_row(e: str, cells: list[str], budget: dict, link: dict, status: dict)
             why = "timed out" if s["rc"] == "timeout" else f"failed ({s['error'] or s['rc']})"
             row.append(f"{n}, {why} after {s['seconds']:.0f} s")
     return f"| {e} | " + " | ".join(row) + " |"
+
+
+def large_section(budget_name: str, experiments: list[str], link: dict, status: dict) -> list[str]:
+    """MATRIX.md's table of a larger budget: per task its headline cells, their seeds, time and peak memory."""
+    budget = BUDGETS[budget_name]
+    rows, hours = [], 0.0
+    for e in experiments:
+        for c in headline_cells(e, link):
+            n = len(done_seeds(e, c, budget) & set(SEEDS))
+            s = status.get(status_key(budget_name, e, c))
+            if not s and not n:
+                continue
+            s = s or {}
+            hours += (s.get("seconds") or 0) / 3600
+            run_s, est = s.get("run_s"), s.get("estimated_s")
+            note = ""
+            if s.get("rc") == "timeout":
+                note = f"stopped: a run went past the {STOP_S / 60:.0f} min limit"
+            elif s.get("rc") not in (0, None):
+                note = f"failed ({s.get('error') or s['rc']})"
+            elif n == 1 and run_s and run_s > RUN_LIMIT_S:
+                note = f"1 seed: one run took {run_s / 60:.0f} min (> {RUN_LIMIT_S / 60:.0f} min limit per run)"
+            peak = s.get("peak_memory_mb")
+            rows.append(f"| {e} | {c} | {n} | {f'{run_s / 60:.1f}' if run_s else '-'} | "
+                        f"{f'{est / 60:.1f}' if est else '-'} | {f'{peak / 1024:.1f}' if peak else '-'} | {note} |")
+    if not rows:
+        return []
+    seeds = "every training and validation seed" if budget["max_train_seeds"] is None else \
+        ", ".join(f"{k}={v}" for k, v in budget.items())
+    return ["", f"## headline cells on budget {budget_name} ({seeds})", "",
+            "Each task's headline cells (`headline_cells` in produce.py: chosen by validation on the small budget), "
+            f"3 seeds where one run fits in {RUN_LIMIT_S / 60:.0f} min, else seed 0 alone; a run is stopped after "
+            f"{STOP_S / 60:.0f} min. Minutes per run: seed 0's wall time, beside the estimate printed before the "
+            f"cell started (the small budget's run scaled by training seeds). These cells took {hours:.1f} hours.",
+            "", "| task | cell | seeds | min per run | estimated | peak GB | note |", "|---|---|---|---|---|---|---|", *rows]
 
 
 def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
@@ -276,6 +465,21 @@ def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
     for family, cells in (("classification and regression", CELLS), ("recommendation", REC_CELLS)):
         lines += ["", f"## {family}", "", "| task | " + " | ".join(cells) + " |", "|---|" + "---|" * len(cells)]
         lines += [matrix_row(e, cells, budget, link, status) for e in experiments if cells_of(e) is cells]
+    lines += ["", "## certified", "", "`produce.py --certify` made seed 0 of these cells again with `fourdb certify` (a "
+              "task of every database for each of the newest models); the rerun's record replaced the board's, and "
+              "its test metric is beside the board's.", "", "| task | cell | certify | test (rerun) | test (board) |",
+              "|---|---|---|---|---|"]
+    for e, cells in CERTIFY.items():
+        for c in cells:
+            v = certified(e, c, budget)
+            s = status.get(f"certify {e} {c}") or {}
+            verdict = ("passed" if v["passed"] else "FAILED") if v else \
+                f"not run ({'timed out' if s.get('rc') == 'timeout' else 'failed'})" if s else "not run"
+            test, board = (f"{s[k]:.4f}" if s.get(k) is not None else "-" for k in ("test", "board_test"))
+            lines.append(f"| {e} | {c} | {verdict} | {test} | {board} |")
+    for name in (n for n in BUDGETS if n != "small"):
+        lines += large_section(name, experiments, link, status)
+    status = {k: v for k, v in status.items() if len(k.split()) == 2}  # the small budget's cells
     hours = sum(s["seconds"] for s in status.values()) / 3600
     peak = max(((s.get("peak_memory_mb") or 0), s["cell"], s["experiment"]) for s in status.values()) if status else None
     lines += ["", f"Making these boards took {hours:.1f} hours of cell time (on 2 CPU cores, up to three cells at once, the "
@@ -290,6 +494,51 @@ def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
     (ROOT / "leaderboards" / "MATRIX.md").write_text("\n".join(lines) + "\n")
 
 
+def large_todo(budget_name: str, experiments: list[str], link: dict) -> list[tuple[str, str]]:
+    """Headline cells still missing seeds on the budget, cheapest first (so a short pass covers the most), less
+    those already settled: seed 0 alone where one run takes longer than RUN_LIMIT_S, or stopped at STOP_S."""
+    budget, status = BUDGETS[budget_name], load_status()
+    todo = []
+    for e in experiments:
+        for c in headline_cells(e, link):
+            done = done_seeds(e, c, budget)
+            last = status.get(status_key(budget_name, e, c)) or {}
+            if set(SEEDS) <= done or last.get("rc") == "timeout" or (0 in done and (last.get("run_s") or 0) > RUN_LIMIT_S):
+                continue
+            todo.append((e, c))
+    return sorted(todo, key=lambda ec: estimate_s(*ec, budget) or float("inf"))
+
+
+def run_large(budget_name: str, experiments: list[str], cells: list[str] | None, dry_run: bool, link: dict) -> int:
+    todo = [(e, c) for e, c in large_todo(budget_name, experiments, link) if cells is None or c in cells]
+    print(f"{len(todo)} cell(s) to run on budget {budget_name}", flush=True)
+    for e, c in todo:
+        if dry_run:
+            est = estimate_s(e, c, BUDGETS[budget_name])
+            print(e, c, f"~{est / 60:.1f} min per run" if est else "")
+            continue
+        save_status(status_key(budget_name, e, c), run_large_cell(e, c, budget_name))
+        write_matrix(ALL_TASKS, BUDGET, link)
+    if not dry_run:
+        write_matrix(ALL_TASKS, BUDGET, link)
+        subprocess.run([sys.executable, "-m", "fourdb.cli", "leaderboard", "render"], cwd=ROOT, check=True)
+    return 0
+
+
+def load_status() -> dict:
+    return json.loads(STATUS.read_text()) if STATUS.exists() else {}
+
+
+def save_status(key: str, value: dict) -> None:
+    """Read again under a lock: another pass of produce.py may have written its cells meanwhile."""
+    from filelock import FileLock
+
+    with FileLock(str(STATUS) + ".lock"):
+        status = json.loads(STATUS.read_text()) if STATUS.exists() else {}
+        status[key] = value
+        STATUS.write_text(json.dumps(status, indent=1, sort_keys=True))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", default="", help="comma-separated experiments (default: every built-in task)")
@@ -297,10 +546,22 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="cells run at once")
     ap.add_argument("--timeout", type=float, default=CELL_TIMEOUT_S, help="seconds per cell (its missing seeds)")
     ap.add_argument("--dry-run", action="store_true", help="list the cells that would run")
+    ap.add_argument("--certify", action="store_true", help="certify the cells of CERTIFY not yet certified")
+    ap.add_argument("--budget", default="small", choices=list(BUDGETS),
+                    help="small: the whole matrix; 30k and full: each task's headline cells (learning curves)")
     a = ap.parse_args(argv)
     experiments = a.only.split(",") if a.only else ALL_TASKS
     cells = a.cells.split(",") if a.cells else CELLS + REC_CELLS
     link = {d: has_link_tables(d) for d in {experiment_task(e)[0] for e in ALL_TASKS}}
+    if a.certify:
+        for e, cs in CERTIFY.items():
+            for c in cs:
+                if e in experiments and c in cells and not certified(e, c, BUDGET) and not a.dry_run:
+                    save_status(f"certify {e} {c}", certify_cell(e, c, BUDGET, a.timeout))
+        write_matrix(ALL_TASKS, BUDGET, link)
+        return 0
+    if a.budget != "small":
+        return run_large(a.budget, experiments, a.cells.split(",") if a.cells else None, a.dry_run, link)
     todo = [(e, c) for c in dict.fromkeys(cells) for e in experiments if c in cells_of(e)
             and not skip_reason(e, c, link) and not set(SEEDS) <= done_seeds(e, c, BUDGET)]
     print(f"{len(todo)} cell(s) to run", flush=True)
@@ -314,10 +575,8 @@ def main(argv=None) -> int:
         s = run_cell(*item, BUDGET, a.jobs, a.timeout)
         if s["submitted"] == "already on the board":  # the pass that made it keeps its status
             return
-        with lock:  # read again: another pass of produce.py may have written its cells meanwhile
-            status = json.loads(STATUS.read_text()) if STATUS.exists() else {}
-            status[f"{s['experiment']} {s['cell']}"] = s
-            STATUS.write_text(json.dumps(status, indent=1, sort_keys=True))
+        with lock:
+            save_status(f"{s['experiment']} {s['cell']}", s)
             write_matrix(ALL_TASKS, BUDGET, link)
 
     with ThreadPoolExecutor(a.jobs) as pool:

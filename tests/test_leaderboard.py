@@ -602,6 +602,30 @@ def budgeted(record, train, val):
     return r
 
 
+def test_learning_curves_plot_each_method_across_budgets_and_say_where_the_order_changes(tmp_path, base_record):
+    def at(model, train, test, seed):
+        r = budgeted(task_record(base_record, "synthetic", "taste", model, test, seed=seed), train, 30)
+        r["num_seeds"] = {**r["num_seeds"], "train": train}
+        return r
+
+    # A leads on the small budget, B with ten times the seeds; C ran one budget only (no curve)
+    records = [at("A", 50, v, s) for s, v in enumerate((0.80, 0.82))] + [at("B", 50, 0.7, 0)]
+    records += [at("A", 500, 0.83, 0), at("B", 500, 0.9, 0), at("B", 500, 0.92, 1), at("C", 500, 0.99, 0)]
+    submit(tmp_path, *records)
+    readme = render(tmp_path).read_text()
+    assert "## Learning curves" in readme and "### Classification" in readme
+    assert ("- synthetic/taste: train 50 / val 30 seeds: A (single_table) > B (single_table); "
+            "train 500 / val 30 seeds: B (single_table) > A (single_table)") in readme
+    assert (tmp_path / "plots" / "curve__synthetic__taste.png").stat().st_size > 0
+    from fourdb.leaderboard.curves import curve_points
+    from fourdb.leaderboard.render import all_tables
+
+    points = curve_points(all_tables(tmp_path))
+    assert set(points["method"]) == {"A (single_table)", "B (single_table)"}
+    a = points[points["method"] == "A (single_table)"]
+    assert list(a["train_seeds"]) == [50, 500] and list(a["test_mean"]) == pytest.approx([0.81, 0.83])
+
+
 def test_a_budget_is_its_own_board_and_its_own_average_rank(tmp_path, base_record):
     """The same model and inputs at two training budgets are two boards and two rankings, never one row,
     one rank or one average rank."""

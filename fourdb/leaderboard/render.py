@@ -206,6 +206,7 @@ def aggregate(records: list[dict]) -> list[dict]:
         row["_setting"] = _flat(setting(rs[0]))
         row["_dirty"] = dirty
         row["_seed_list"] = [r["seed"] for r in rs]
+        row["_train_seeds"] = rs[0]["num_seeds"].get("train") or 0
         row["_test_values"] = [r["metrics"]["test"].get(metric) for r in rs]
         tables.setdefault((protocol, budget), []).append(row)
     out = []
@@ -507,6 +508,7 @@ def render(root=None) -> Path:
         atomic_write_bytes(plots / name, plot_table(t))
         written.add(name)
         lines += [f"![{_heading(t)}](plots/{name})", ""]
+    lines += curves_section(tables, plots, written)
     lines += [
         "## Query the records", "",
         "Every line of every `*.jsonl` is one run record (see `fourdb/leaderboard/schema.py`). With DuckDB,",
@@ -522,6 +524,35 @@ def render(root=None) -> Path:
     out = root / "README.md"
     atomic_write_text(out, "\n".join(lines))
     return out
+
+
+def curves_section(tables: list[dict], plots: Path, written: set) -> list[str]:
+    """Learning curves (plots/curve__<dataset>__<task>.png) and, per family, the tasks whose order of methods
+    changes with the training budget."""
+    from fourdb.leaderboard.curves import plot_curve, task_curves
+
+    curves = task_curves(tables)
+    if not curves:
+        return []
+    lines = ["## Learning curves", "",
+             "Each method (its best setting by validation) on every budget it ran, at the training seeds it used: "
+             "test mean ± std over seeds. Where the budget changes the order of the methods every budget has, "
+             "the order is listed per budget (best first).", ""]
+    for family in BOARDS:
+        mine = {k: c for k, c in curves.items() if TaskType(c["task_type"]).family == family}
+        if not mine:
+            continue
+        lines += [f"### {family.capitalize()}", ""]
+        for (dataset, task), c in sorted(mine.items()):
+            lines.append(f"- {dataset}/{task}: " + ("; ".join(c["changes"]) if c["changes"] else
+                                                      "the same order on every budget"))
+        lines.append("")
+        for (dataset, task), c in sorted(mine.items()):
+            name = f"curve__{_slug(dataset, task)}.png"
+            atomic_write_bytes(plots / name, plot_curve(c["points"], f"{dataset}/{task}: learning curves", c["metric"]))
+            written.add(name)
+            lines += [f"![{dataset}/{task} learning curves](plots/{name})", ""]
+    return lines
 
 
 def show(dataset: str, task: str, root=None) -> str:

@@ -1,0 +1,84 @@
+"""Learning curves: a task's methods across training budgets, and where their order changes.
+
+A point is one method (a model on one kind of input) on one budget's board of the task (default dataset
+parameters), at the training seeds its runs used: the best setting by mean validation metric, its test
+mean ± std over seeds. Methods on fewer than two budgets make no curve.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from fourdb.metrics import higher_is_better
+
+
+def curve_points(tables: list[dict]) -> pd.DataFrame:
+    """One row per (method, budget) of one task's board tables: train seeds, test mean and std, seeds."""
+    rows = []
+    for t in tables:
+        if t["protocol"]:
+            continue
+        frame = t["frame"]
+        ascending = not higher_is_better(t["metric"])
+        for method, part in frame.groupby(frame["_methods"].str[0], sort=False):
+            best = part.sort_values("_val_mean", ascending=ascending, na_position="last").iloc[0]
+            rows.append({"method": method, "budget": t["budget"], "train_seeds": int(best["_train_seeds"]),
+                         "test_mean": best["_test_mean"], "test_std": best["_test_std"], "seeds": int(best["seeds"])})
+    points = pd.DataFrame(rows, columns=["method", "budget", "train_seeds", "test_mean", "test_std", "seeds"])
+    on = points.groupby("method")["budget"].transform("nunique") if len(points) else pd.Series(dtype=int)
+    return points[on >= 2].sort_values(["method", "train_seeds"]).reset_index(drop=True)
+
+
+def order_changes(points: pd.DataFrame, metric: str) -> list[str]:
+    """Per budget, the methods every curve budget has, best first, when the order differs between budgets."""
+    if points.empty:
+        return []
+    budgets = points.groupby("budget")["train_seeds"].max().sort_values().index
+    common = set.intersection(*(set(points.loc[points["budget"] == b, "method"]) for b in budgets))
+    if len(common) < 2:
+        return []
+    orders = {}
+    for b in budgets:
+        part = points[(points["budget"] == b) & points["method"].isin(common)]
+        orders[b] = list(part.sort_values("test_mean", ascending=not higher_is_better(metric))["method"])
+    if len({tuple(o) for o in orders.values()}) == 1:
+        return []
+    return [f"{b}: {' > '.join(o)}" for b, o in orders.items()]
+
+
+def plot_curve(points: pd.DataFrame, title: str, metric: str) -> bytes:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for method, part in points.groupby("method"):
+        ax.errorbar(part["train_seeds"], part["test_mean"], yerr=part["test_std"].fillna(0), marker="o", capsize=3,
+                    label=method + ("" if (part["seeds"] > 1).all() else " (some points 1 seed)"))
+    ax.set_xscale("log")
+    arrow = "higher is better" if higher_is_better(metric) else "lower is better"
+    ax.set_xlabel("training seeds (log)")
+    ax.set_ylabel(f"test {metric} ({arrow}); mean ± std over seeds")
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(alpha=0.3)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def task_curves(tables: list[dict]) -> dict[tuple[str, str], dict]:
+    """Per (dataset, task) with a curve: its points, its metric, family and the order changes."""
+    by_task: dict[tuple[str, str], list[dict]] = {}
+    for t in tables:
+        by_task.setdefault((t["dataset"], t["task"]), []).append(t)
+    out = {}
+    for key, ts in by_task.items():
+        points = curve_points(ts)
+        if len(points):
+            out[key] = {"points": points, "metric": ts[0]["metric"], "task_type": ts[0]["task_type"],
+                        "changes": order_changes(points, ts[0]["metric"])}
+    return out
