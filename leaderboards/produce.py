@@ -407,9 +407,19 @@ def matrix_row(e: str, cells: list[str], budget: dict, link: dict, status: dict)
             if s["rc"] == 0:  # it ran, but its records were made with feature settings that have changed since
                 row.append(f"{n}, to be made again (feature settings changed)")
                 continue
-            why = "timed out" if s["rc"] == "timeout" else f"failed ({s['error'] or s['rc']})"
+            why = "timed out" if s["rc"] == "timeout" else failure(s)
             row.append(f"{n}, {why} after {s['seconds']:.0f} s")
     return f"| {e} | " + " | ".join(row) + " |"
+
+
+def failure(status: dict) -> str:
+    """Why a cell's run failed: a kill by the kernel (SIGKILL: out of memory here) with the peak its finished
+    seeds reached, or the run's last log line."""
+    if status["rc"] == -9:
+        peak = status.get("peak_memory_mb")
+        return ("killed by the kernel for memory" + (f"; a finished seed peaked at {peak / 1024:.1f} GB of the "
+                                                     "machine's 23" if peak else ""))
+    return f"failed ({status.get('error') or status['rc']})"
 
 
 def large_section(budget_name: str, experiments: list[str], link: dict, status: dict) -> list[str]:
@@ -429,7 +439,7 @@ def large_section(budget_name: str, experiments: list[str], link: dict, status: 
             if s.get("rc") == "timeout":
                 note = f"stopped: a run went past the {STOP_S / 60:.0f} min limit"
             elif s.get("rc") not in (0, None):
-                note = f"failed ({s.get('error') or s['rc']})"
+                note = failure(s)
             elif n == 1 and run_s and run_s > RUN_LIMIT_S:
                 note = f"1 seed: one run took {run_s / 60:.0f} min (> {RUN_LIMIT_S / 60:.0f} min limit per run)"
             peak = s.get("peak_memory_mb")
