@@ -279,7 +279,7 @@ def test_contextgnn_scores_reached_rows_pairwise_the_rest_by_embedding_and_never
     hidden, n = 4, 6
     net = ContextNet(StubIdentity(torch.ones(2, hidden), torch.tensor([0.0, 3.0, -1.0])), [n], hidden, 1.0)
     with torch.no_grad():
-        table = net.tables[0]
+        table = net.ids.weight
         table.zero_()
         table[3] = 5.0
         table[5] = 50.0  # destination 5 is not born either: its embedding must not matter
