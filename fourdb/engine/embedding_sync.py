@@ -33,7 +33,7 @@ from fourdb.contracts import RowEmbeddings
 from fourdb.errors import SettingError, did_you_mean
 
 MODES = ("dense", "sparse", "tiered")
-PROFILE_STEPS = 20  # steps whose reads choose the hot tier
+PROFILE_STEPS = 10  # steps whose reads choose the hot tier
 INDEX_BYTES = 8  # an int64 row index
 
 
@@ -64,6 +64,16 @@ def hot_threshold(dim_bytes: int, world: int) -> float:
     return all_reduce_bytes(dim_bytes, world) / ((world - 1) * (dim_bytes + INDEX_BYTES))
 
 
+def expected_bytes(share: torch.Tensor, row_bytes: int, world: int) -> dict[str, float]:
+    """Bytes each rank sends per step under each sync, by the ring counts above, for a table whose rows are
+    read by a rank's step with the probabilities ``share`` (padding to the busiest rank left out)."""
+    sparse = share * (world - 1) * (row_bytes + INDEX_BYTES)
+    dense = all_reduce_bytes(row_bytes, world)
+    hot = share > hot_threshold(row_bytes, world)
+    return {"dense": dense * len(share), "sparse": float(sparse.sum()),
+            "tiered": float(dense * hot.sum() + sparse[~hot].sum())}
+
+
 class _Table:
     """One table's tiers and the exchange under way."""
 
@@ -72,6 +82,7 @@ class _Table:
         rows = table.weight.shape[0]
         self.hot = torch.zeros(rows, dtype=torch.bool, device=table.weight.device)
         self.counts = torch.zeros(rows, device=table.weight.device)  # steps that read each row, while profiling
+        self.share = None  # then: the share of rank-steps that read each row
         self.cold = self.sizes = self.indices = self.work = None
 
     @property
@@ -176,7 +187,7 @@ class EmbeddingSync:
         for t in self.tables:
             dist.all_reduce(t.counts, group=self.group)
             self.bytes += all_reduce_bytes(t.counts.numel() * t.counts.element_size(), self.world)
-            share = t.counts / (self.steps * self.world)
+            t.share = share = t.counts / (self.steps * self.world)
             if self.hot_rows == "auto":
                 t.hot = share > hot_threshold(t.row_bytes, self.world)
             else:  # the most-read rows (ties: the lower row), of those read at all
