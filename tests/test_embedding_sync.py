@@ -129,3 +129,13 @@ def test_a_row_is_hot_when_a_dense_all_reduce_sends_fewer_bytes_for_it():
     # 2 ranks: a row's all-reduce sends its vector once; sparse, each rank reading it sends vector + index
     assert hot_threshold(256, 2) == pytest.approx(256 / 264)
     assert hot_threshold(256, 8) == pytest.approx(2 * 7 / 8 * 256 / (7 * 264))  # more ranks: more rows are hot
+
+
+def test_a_mistyped_sync_is_one_line_before_any_data_is_read():
+    from fourdb.errors import SettingError
+    from fourdb.train.trainer import TrainerConfig
+
+    with pytest.raises(SettingError, match="did you mean 'tiered'"):
+        TrainerConfig(embedding_sync="tierd")
+    with pytest.raises(SettingError, match="embedding_hot_rows"):
+        TrainerConfig(embedding_sync="tiered", embedding_hot_rows="many")
