@@ -170,8 +170,8 @@ class RecommendationGNN(GNN):
             return None
         return IdEmbeddings(key_sizes(self.keys(data)), self.params["hidden"])
 
-    def vocabulary(self, data) -> dict | None:
-        """What the data source needs to hand the model its destinations' rows (None: it learns no vectors)."""
+    def id_keys(self, data) -> dict | None:
+        """The keys by which the data source hands the model its destinations' rows (None: it learns no vectors)."""
         return self.keys(data) if self.params.get("id_embeddings") else None
 
     def conv(self, etypes, hidden, **params):

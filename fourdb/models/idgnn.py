@@ -58,4 +58,4 @@ class IDGNN(RecommendationGNN):
                            self.params["hidden"], self.id_embeddings(data))
 
     def make_source(self, data: RecData, trainer_cfg) -> IdentitySource:
-        return IdentitySource(data, trainer_cfg.batch_size, self.vocabulary(data))
+        return IdentitySource(data, trainer_cfg.batch_size, self.id_keys(data))

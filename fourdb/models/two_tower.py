@@ -44,4 +44,4 @@ class TwoTower(RecommendationGNN):
                            self.id_embeddings(data))
 
     def make_source(self, data: RecData, trainer_cfg) -> LinkSource:
-        return LinkSource(data, trainer_cfg.batch_size, self.params["negatives"], self.vocabulary(data))
+        return LinkSource(data, trainer_cfg.batch_size, self.params["negatives"], self.id_keys(data))

@@ -51,7 +51,7 @@ class TrainerConfig:
     checkpoint_every: int = 0
     max_restarts: int = 0
     embedding_sync: str | None = None  # learned row vectors: None, all-reduced by DDP with the rest
-    embedding_hot_rows: int | str | None = None
+    embedding_hot_rows: int | str = "auto"  # conf/trainer/ddp.yaml says what both mean
     checkpoint_dir: str | None = None  # set by the runner: the run's output folder
     checkpoint_key: str | None = None  # set by the runner: a hash of the run's config
     objective: str | None = None  # set by the runner from the objective group: regression's loss
@@ -60,8 +60,7 @@ class TrainerConfig:
     def __post_init__(self):
         if self.embedding_sync is not None:
             check_mode(self.embedding_sync)
-        if self.embedding_hot_rows is not None:
-            check_hot_rows(self.embedding_hot_rows)
+        check_hot_rows(self.embedding_hot_rows)
 
     def trainer(self, info, seed: int = 0) -> "Trainer":
         """The trainer that fits a model of task ``info`` (``fourdb.models.TaskInfo``) with this config."""
