@@ -47,10 +47,12 @@ bench-dfs: $(STAMP) $(FT_VENV)/.installed
 clean:
 	rm -rf $(VENV) outputs multirun .fourdb_cache site
 
-# Data-parallel scaling: 1-process vs 2-process epoch time (torchrun), with the cost model's prediction.
+# Data-parallel scaling: 1-process vs 2-process epoch time (torchrun), with the cost model's prediction;
+# and the embedding syncs (dense, sparse, tiered) of learned row vectors on 2 processes.
 .PHONY: bench-parallel
 bench-parallel: $(STAMP)
 	cd benchmarks && DGLBACKEND=pytorch ../$(BIN)/python ddp_scaling.py
+	cd benchmarks && DGLBACKEND=pytorch ../$(BIN)/python ddp_embeddings.py
 
 # How each stage grows with the database: the synthetic shop at 1M, 10M and 100M rows, peak RSS capped
 # at 16 GB per size (benchmarks/bench_scale.py; the largest size takes a while on 2 cores).

@@ -3,7 +3,8 @@ returns, what layer-wise inference needs of a module, what a fitted model report
 
 They sit below every stage (no fourdb imports), so a stage implements one without depending on the
 stage that consumes it: ``GraphSource`` (engine) and ``TableSource`` (models) are ``DataSource``s the
-trainer (train) pulls from; ``TemporalSampler`` is a ``Sampler``; ``HeteroGNN`` is a ``LayerwiseModule``.
+trainer (train) pulls from; ``TemporalSampler`` is a ``Sampler``; ``HeteroGNN`` is a ``LayerwiseModule``;
+``IdEmbeddings`` (models) are ``RowEmbeddings`` the embedding sync (engine) exchanges.
 """
 from __future__ import annotations
 
@@ -100,6 +101,15 @@ class LayerwiseModule(Protocol):
 
     def readout(self, h: dict, num_seeds: int):
         """Outputs of the first ``num_seeds`` rows of the seed table."""
+
+
+@runtime_checkable
+class RowEmbeddings(Protocol):
+    """A table of learned vectors of which a training step reads a few rows (a vector per destination row):
+    a data-parallel run exchanges its gradient row by row (``fourdb.engine.embedding_sync``), not whole."""
+
+    weight: Any  # torch.nn.Parameter [rows, dim]
+    reads: list | None  # set to a list, every training forward appends the rows it read (a tensor); None: not kept
 
 
 class Report(dict):

@@ -20,7 +20,8 @@ from fourdb.train.trainer import TrainerConfig
 from fourdb.utils import atomic_write_text, stable_hash
 
 # trainer settings that do not change what a run computes (a checkpoint of one setting resumes the other)
-RESUMABLE_ACROSS = ("progress", "nproc", "backend", "max_restarts", "checkpoint_every")
+RESUMABLE_ACROSS = ("progress", "nproc", "backend", "max_restarts", "checkpoint_every", "embedding_sync",
+                    "embedding_hot_rows")
 LAUNCH_FILE = "launch.json"  # written by the launcher in the run folder: how many ranks it started, and why
 
 

@@ -279,7 +279,7 @@ def test_contextgnn_scores_reached_rows_pairwise_the_rest_by_embedding_and_never
     hidden, n = 4, 6
     net = ContextNet(StubIdentity(torch.ones(2, hidden), torch.tensor([0.0, 3.0, -1.0])), [n], hidden, 1.0)
     with torch.no_grad():
-        table = net.tables[0]
+        table = net.ids.weight
         table.zero_()
         table[3] = 5.0
         table[5] = 50.0  # destination 5 is not born either: its embedding must not matter
@@ -301,6 +301,61 @@ def test_contextgnn_scores_reached_rows_pairwise_the_rest_by_embedding_and_never
         assert int(out[0].argmax()) == first  # inside weighted up: the reached row; down: the tower's best
         outside = out[0, [0, 2, 3]]
         assert int(outside.argmax()) == 2  # destination 3, by its embedding
+
+
+def test_id_embeddings_find_each_destination_by_key_in_a_database_with_other_row_numbers():
+    """A model learns its vectors on one build of the database and scores another (certification cuts it):
+    here the products in reverse order and one the model never saw. Every product reaches the rows of its
+    own key and of its shelf's; the new one, its block's row for unseen keys and its shelf's."""
+    from fourdb.engine.links import key_rows, key_sizes, key_vocabularies
+    from fourdb.models.id_embeddings import IdEmbeddings
+
+    db = load_dataset("browsing", size=60)
+    vocab = key_vocabularies(Interactions.from_task(load_task(db, "browsing", "next-views"), db).dst_ids)
+    products = db.tables["products"]
+    new = pd.DataFrame({"product_id": [products["product_id"].max() + 1], "shelf_id": [0], "price": [1.0]})
+    other = Database(db.schema, {**db.tables, "products": pd.concat([products.iloc[::-1], new], ignore_index=True)})
+    ids = {name: Interactions.from_task(materialize(find_task("browsing", "next-views"), d), d).dst_ids
+           for name, d in (("fitted", db), ("other", other))}
+    assert not np.array_equal(ids["fitted"]["product_id"], ids["other"]["product_id"][:len(products)])
+    table = IdEmbeddings(key_sizes(vocab), 4)
+    vectors = {name: table(key_rows(i, vocab)) for name, i in ids.items()}
+    where = {name: pd.Index(i["product_id"]) for name, i in ids.items()}
+    same = where["other"].get_indexer(ids["fitted"]["product_id"])
+    assert torch.equal(vectors["other"][same], vectors["fitted"])
+    rows = key_rows(ids["other"], vocab)[:, where["other"].get_loc(new["product_id"][0])]
+    assert rows.tolist() == [len(vocab["product_id"]), len(vocab["product_id"]) + 1 + 0]  # unseen; shelf 0
+
+
+@functools.cache
+def prepared(model: str, *more: str):
+    """The untrained model of a next-views run and its inputs."""
+    from fourdb.prepare import prepare_run
+
+    run = prepare_run(config(*COMMON, "task=next-views", f"model={model}", *more))
+    return run.model, run.inputs()[0]
+
+
+@pytest.mark.parametrize("model", ["two_tower", "idgnn"])
+def test_id_embeddings_are_opt_in_and_leave_the_model_as_it_was_when_not_given(model):
+    """Not given (the YAML does not state it, so the boards' config hashes stay): no table, no rows in the
+    batches, the parameters of before. Given: one table, and every destination node carries its rows."""
+    from fourdb.engine.embedding_sync import embedding_tables
+    from fourdb.train.trainer import TrainerConfig
+
+    assert "id_embeddings" not in config(*COMMON, "task=next-views", f"model={model}").model.params
+    keys = {}
+    for on in (False, True):
+        m, data = prepared(model, *(["+model.params.id_embeddings=true"] if on else []))
+        source, net = m.make_source(data, TrainerConfig(batch_size=32)), m.build(data)
+        n = len(data.seeds["train"])
+        inputs, _ = source.train_batch(np.arange(n - 32, n), 0)  # late seeds: their trees reach products
+        feats = [x for x in inputs if isinstance(x, dict)]
+        assert all(("id_rows" in f["products"]) == on for f in feats)
+        assert len(embedding_tables(net)) == on
+        assert torch.isfinite(net(*inputs)).any()
+        keys[on] = set(net.state_dict())
+    assert keys[True] - keys[False] == {"ids.weight"} and keys[False] < keys[True]
 
 
 # -- 4DBInfer retrieval tasks: imported, ranked among the shipped candidates -------------------------------

@@ -317,3 +317,17 @@ def test_the_identity_aware_gnns_are_certified(model, dataset, params, task):
     verdict = record["certify"]
     assert verdict["passed"], verdict.get("first_failure")
     assert len(verdict["checks"]) == 4 and all(c["seeds"] > 0 for c in verdict["checks"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["two_tower", "idgnn"])
+def test_learned_row_vectors_are_certified(model):
+    """id_embeddings: people debut over the seasons, so the cut database numbers its destination rows
+    differently, and each vector must still be found by its key."""
+    record = run_experiment(config("dataset=lahman", "dataset.params.min_year=1990", "task=roster-additions", *FAST,
+                                   f"model={model}", "+model.params.id_embeddings=true", "trainer.epochs=1",
+                                   "max_train_seeds=500", "max_val_seeds=300", "certify.enabled=true",
+                                   "certify.groups=2", "certify.max_seeds=50"))
+    verdict = record["certify"]
+    assert verdict["passed"], verdict.get("first_failure")
+    assert len(verdict["checks"]) == 4 and all(c["seeds"] > 0 for c in verdict["checks"])

@@ -143,13 +143,17 @@ def all_sum(value: float | int, device="cpu") -> float:
     return float(t.item())
 
 
-def wrap(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+def wrap(module: torch.nn.Module, device: torch.device, ignore=()) -> torch.nn.Module:
     """``DistributedDataParallel`` around ``module`` (which stays the one to save and evaluate).
 
     ``find_unused_parameters``: a sampled subgraph need not reach every table, so a rank's forward pass
-    may leave some encoders unused.
+    may leave some encoders unused. ``ignore``: names of parameters whose gradients travel another way
+    (``fourdb.engine.embedding_sync``).
     """
     from torch.nn.parallel import DistributedDataParallel
+
+    if ignore:
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, list(ignore))
 
     ids = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else None
     return DistributedDataParallel(module, device_ids=ids, find_unused_parameters=True)

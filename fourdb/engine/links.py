@@ -19,6 +19,10 @@ the cutoff: one dense [seeds, destinations] score matrix and a top-k per chunk o
 destination as of the seed's cutoff: whether it exists, its popularity (recent and all-time), and which
 learned embedding is its own; the model scores all existing destinations, so a batch is [seeds,
 destinations] and ranking is a top-k of it.
+
+A model that learns a vector per destination row finds it by key (``key_vocabularies``, ``key_rows``):
+the two towers and the identity-aware GNN with ``id_embeddings``, whose sources then hand every
+destination node of a batch the rows of its vectors (``feats[destination]["id_rows"]``), and ContextGNN.
 """
 from __future__ import annotations
 
@@ -37,13 +41,48 @@ from fourdb.utils import positions_in_runs
 EVAL_SEED = 12345
 
 
-class RecSource(GraphSource):
-    """What both recommendation sources share: the task's destination lists as labels, and training
-    batches sampled online every epoch (the offline store holds batches of seed rows, not these)."""
+def key_vocabularies(dst_ids: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per id column of the destination table (``Interactions.dst_ids``: its primary key, then one per
+    foreign key), the distinct keys of the database a model is fitted on: the rows it learns a vector for."""
+    return {col: pd.unique(values[pd.notna(values)]) for col, values in dst_ids.items()}
 
-    def __init__(self, rec: RecData, batch_size: int):
+
+def key_sizes(vocabularies: dict[str, np.ndarray]) -> list[int]:
+    """Rows of each id column's block of the embedding table: its keys, and a last row for every unseen one."""
+    return [len(v) + 1 for v in vocabularies.values()]
+
+
+def key_rows(dst_ids: dict[str, np.ndarray], vocabularies: dict[str, np.ndarray]) -> torch.Tensor:
+    """[id columns, destinations]: the row of one embedding table (the columns' blocks one after another,
+    ``key_sizes``) that holds the vector of each destination's key, and of its parent row's per foreign
+    key. Found by key, so a rebuilt database with other row numbers reaches the same rows; a key the
+    vocabulary lacks gets its block's shared last row."""
+    rows, start = [], 0
+    for (col, vocab), size in zip(vocabularies.items(), key_sizes(vocabularies)):
+        found = pd.Index(vocab).get_indexer(dst_ids[col])
+        rows.append(start + np.where(found < 0, len(vocab), found))
+        start += size
+    return torch.from_numpy(np.stack(rows).astype(np.int64))
+
+
+class RecSource(GraphSource):
+    """What the recommendation sources share: the task's destination lists as labels, and training
+    batches sampled online every epoch (the offline store holds batches of seed rows, not these).
+
+    With ``vocabularies`` (``id_embeddings``), every destination node of a batch carries the rows of its
+    learned vectors as ``feats[destination]["id_rows"]`` [id columns, nodes], made on the sampler threads
+    with the rest of the batch."""
+
+    def __init__(self, rec: RecData, batch_size: int, vocabularies: dict[str, np.ndarray] | None = None):
         super().__init__(rec.graph, batch_size)
         self.rec, self.destination = rec, rec.destination
+        self.id_rows = None if vocabularies is None else key_rows(rec.interactions.dst_ids, vocabularies)
+
+    def with_ids(self, batch, feats: dict) -> dict:
+        """``feats`` with the rows of the destination nodes' learned vectors, when the model learns them."""
+        if self.id_rows is not None and self.destination in feats:
+            feats[self.destination]["id_rows"] = self.id_rows[:, batch.input_nodes[self.destination].cpu()]
+        return feats
 
     def labels(self, split: str) -> np.ndarray:
         return self.rec.labels[split]
@@ -59,15 +98,16 @@ class RecSource(GraphSource):
 
 
 class LinkSource(RecSource):
-    def __init__(self, rec: RecData, batch_size: int, negatives: int = 16):
-        super().__init__(rec, batch_size)
+    def __init__(self, rec: RecData, batch_size: int, negatives: int = 16,
+                 vocabularies: dict[str, np.ndarray] | None = None):
+        super().__init__(rec, batch_size, vocabularies)
         self.negatives = int(negatives)
 
     def embed_inputs(self, ntype: str, nodes: np.ndarray, cutoffs: np.ndarray, rng: np.random.Generator):
         """Blocks and input features for ``nodes`` of ``ntype`` as seeds, each at its cutoff (distinct pairs)."""
         sources = ntype == self.data.seed_type  # only the task's own seed rows are masked
         batch = self.sampler.sample(ntype, nodes, cutoffs, rng, self.data.hidden_etypes if sources else frozenset())
-        return batch.blocks, self.gather(batch, task_seeds=sources)
+        return batch.blocks, self.with_ids(batch, self.gather(batch, task_seeds=sources))
 
     def train_batch(self, idx: np.ndarray, seed: int):
         rng = np.random.default_rng(seed)
@@ -164,8 +204,8 @@ def both_ways(blocks: list, reverse: dict, ntypes: list[str]):
 
 
 class IdentitySource(RecSource):
-    def __init__(self, rec: RecData, batch_size: int):
-        super().__init__(rec, batch_size)
+    def __init__(self, rec: RecData, batch_size: int, vocabularies: dict[str, np.ndarray] | None = None):
+        super().__init__(rec, batch_size, vocabularies)
         self._popular: dict[int, torch.Tensor] = {}
 
     def tree_batch(self, split: str, idx: np.ndarray, rng: np.random.Generator):
@@ -176,7 +216,7 @@ class IdentitySource(RecSource):
         batch = self.sampler.sample(d.seed_type, d.seeds[split][idx], d.cutoffs[split][idx], rng,
                                     d.hidden_etypes, isolate=True)
         block = both_ways(batch.blocks, d.graph.reverse, d.graph.ntypes)
-        feats = self.gather(batch, blocks=[block])
+        feats = self.with_ids(batch, self.gather(batch, blocks=[block]))
         group = batch.input_groups[self.destination].cpu().numpy()
         rows = batch.input_nodes[self.destination].cpu().numpy()
         count = np.bincount(group, minlength=len(idx))
@@ -244,15 +284,12 @@ class ContextSource(IdentitySource):
     seed's context outside it: whether it exists at the seed's cutoff, its popularity then (links in the
     last window and ever, as log1p counts), and the rows of its learned embeddings: its own and one per
     foreign key (the parent row it belongs to), found by key, so that a rebuilt database with other row
-    numbers reaches the same ones (an unknown key gets its table's shared last row). The model scores every
-    existing destination: [seeds, destinations]."""
+    numbers reaches the same ones (``key_rows``). The model scores every existing destination: [seeds,
+    destinations]."""
 
     def __init__(self, rec: RecData, batch_size: int, vocabularies: dict[str, np.ndarray]):
-        super().__init__(rec, batch_size)
-        ids = rec.interactions.dst_ids
-        rows = [pd.Index(vocab).get_indexer(ids[col]) for col, vocab in vocabularies.items()]
-        self.embedding_rows = torch.from_numpy(np.stack([np.where(r < 0, len(v), r) for r, v in
-                                                         zip(rows, vocabularies.values())]).astype(np.int64))
+        super().__init__(rec, batch_size)  # the tree's nodes carry none: the model reads every destination's below
+        self.embedding_rows = key_rows(rec.interactions.dst_ids, vocabularies)
         self._prior: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def context_batch(self, split: str, idx: np.ndarray, rng: np.random.Generator):

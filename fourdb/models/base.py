@@ -99,7 +99,10 @@ class NeuralModel(Model):
         return self.trainer.predict(self.module, source, split)
 
     def report(self) -> Report:
-        return Report(self.trainer.history, self.source.report())
+        engine = self.source.report()
+        if self.trainer.sync is not None:  # a data-parallel run's exchange of learned row vectors
+            engine = {**(engine or {}), "embedding_sync": self.trainer.sync.report()}
+        return Report(self.trainer.history, engine)
 
 
 def keywords(fn, skip: tuple[str, ...] = ()) -> dict[str, inspect.Parameter]:

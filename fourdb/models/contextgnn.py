@@ -14,15 +14,14 @@ gets no score. Inputs come from ``fourdb.engine.links.ContextSource``.
 """
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
 import torch
 from torch import nn
 
-from fourdb.engine.links import ContextSource
+from fourdb.engine.links import ContextSource, key_sizes
 from fourdb.features.interactions import RecData
 from fourdb.models.base import register_model
 from fourdb.models.gnn import RecommendationGNN
+from fourdb.models.id_embeddings import IdEmbeddings
 from fourdb.models.idgnn import IdentityNet
 
 
@@ -35,12 +34,11 @@ def within(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 class ContextNet(nn.Module):
     def __init__(self, identity: IdentityNet, sizes: list[int], hidden: int, embedding_scale: float):
-        """``sizes``: rows of each embedding table (the destinations', then one per foreign key's parents)."""
+        """``sizes``: rows of each id column's block of the embedding table (the destinations', then one per
+        foreign key's parents; ``fourdb.engine.links.key_sizes``)."""
         super().__init__()
-        self.identity, self.scale = identity, float(embedding_scale)
-        # stored divided by the scale: shallow embeddings then move ``scale`` times faster under Adam than
-        # the network's weights (each is updated only when its destination is in a batch); last row: unknown
-        self.tables = nn.ParameterList(nn.Parameter(torch.randn(n + 1, hidden) * 0.1 / self.scale) for n in sizes)
+        self.identity = identity
+        self.ids = IdEmbeddings(sizes, hidden, embedding_scale)
         self.project = nn.Linear(hidden, hidden)
         self.popularity = nn.Parameter(torch.tensor([1.0, 0.1]))  # (recent, all-time) log counts
         self.fuse = nn.Linear(hidden, 2)  # (inside, outside) the subgraph, per source
@@ -57,9 +55,7 @@ class ContextNet(nn.Module):
         pair = torch.full(alive.shape, float("-inf"), device=alive.device)
         pair[reached[0], reached[1]] = self.identity.pair_scores(h)
 
-        # a destination's vector: its own embedding plus its parent rows': the products of one shelf share
-        # the shelf's, so a destination with few links of its own still lands near its kind
-        table = sum(t[rows] for t, rows in zip(self.tables, embedding_rows)) * self.scale
+        table = self.ids(embedding_rows)  # every destination's vector: its own embedding plus its parent rows'
         context = torch.zeros_like(source).index_add_(0, reached[0], table[reached[1]])
         context = context / torch.bincount(reached[0], minlength=num_seeds).clamp(min=1)[:, None]
         # detached: the tower reads the source's state without pulling it away from what the pair scores need
@@ -75,18 +71,10 @@ class ContextNet(nn.Module):
 class ContextGNN(RecommendationGNN):
     extra_params = ("gnn", "embedding_scale")
 
-    def __init__(self, info, seed: int = 0, **params):
-        super().__init__(info, seed, **params)
-        self.vocabularies: dict[str, np.ndarray] | None = None  # per id column, the keys it learns an embedding for
-
     def build(self, data: RecData) -> ContextNet:
         identity = IdentityNet(self.network(data.graph, 1), data.graph.seed_type, data.destination,
                                self.params["hidden"])
-        return ContextNet(identity, [len(v) for v in self.vocabularies.values()], self.params["hidden"],
-                          self.params["embedding_scale"])
+        return ContextNet(identity, key_sizes(self.keys(data)), self.params["hidden"], self.params["embedding_scale"])
 
     def make_source(self, data: RecData, trainer_cfg) -> ContextSource:
-        if self.vocabularies is None:  # fitting: the training database's destinations and parent rows
-            self.vocabularies = {col: pd.unique(values[pd.notna(values)])
-                                 for col, values in data.interactions.dst_ids.items()}
-        return ContextSource(data, trainer_cfg.batch_size, self.vocabularies)
+        return ContextSource(data, trainer_cfg.batch_size, self.keys(data))

@@ -29,10 +29,12 @@ from torch import nn
 from fourdb.engine.data import input_width
 from fourdb.engine.source import GraphSource
 from fourdb.engine.blocks import make_block
+from fourdb.engine.links import key_sizes, key_vocabularies
 from fourdb.errors import FourdbError, SettingError, did_you_mean
 from fourdb.models.base import MODELS, NeuralModel, keywords
 from fourdb.tasks.types import TaskType
 from fourdb.models.encoders import TypeEncoder, key
+from fourdb.models.id_embeddings import IdEmbeddings
 
 
 
@@ -57,9 +59,10 @@ class HeteroGNN(nn.Module):
         "row_key", "cutoff": which (row, cutoff) each is, ``fourdb.engine.data.node_names``)."""
         return self.embed(blocks, feats, self.seed_type)
 
-    def embed(self, blocks, feats, ntype: str) -> torch.Tensor:
-        """The head's output for the destination rows of ``ntype`` in the last block."""
-        h = self.encode(feats)
+    def embed(self, blocks, feats, ntype: str, h: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """The head's output for the destination rows of ``ntype`` in the last block; ``h``: the input states,
+        where the caller has added to them (learned row vectors), else encoded from ``feats``."""
+        h = self.encode(feats) if h is None else h
         for i, block in enumerate(blocks):
             h = self.layer(i, block, h)
         return self.head(h[ntype][: blocks[-1].num_dst_nodes(ntype)])
@@ -150,6 +153,26 @@ class RecommendationGNN(GNN):
     def __init__(self, info, seed: int = 0, **params):
         super().__init__(info, seed, **params)
         self.gnn = MODELS.get(params["gnn"])(info, seed=seed)
+        self.vocabularies: dict | None = None  # per id column of the destinations, the keys it learns vectors for
+
+    def keys(self, data) -> dict:
+        """The keys of the destination rows (and of their parent rows) that the model learns a vector for:
+        the training database's, fixed when it is fitted; another build of the database (certification
+        cuts it) finds its rows among them by key (``fourdb.engine.links.key_rows``)."""
+        if self.vocabularies is None:
+            self.vocabularies = key_vocabularies(data.interactions.dst_ids)
+        return self.vocabularies
+
+    def id_embeddings(self, data) -> IdEmbeddings | None:
+        """With ``id_embeddings: true``, a learned vector per destination row (and parent row), found by key,
+        added to every destination node's input state; not given: none, the model as it was."""
+        if not self.params.get("id_embeddings"):
+            return None
+        return IdEmbeddings(key_sizes(self.keys(data)), self.params["hidden"])
+
+    def id_keys(self, data) -> dict | None:
+        """The keys by which the data source hands the model its destinations' rows (None: it learns no vectors)."""
+        return self.keys(data) if self.params.get("id_embeddings") else None
 
     def conv(self, etypes, hidden, **params):
         return self.gnn.conv(etypes, hidden, **params)

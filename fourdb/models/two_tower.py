@@ -1,6 +1,10 @@
 """Two towers for recommendation: sources and destinations encoded by one heterogeneous GNN (the
 convolution of a named GNN, ``gnn: sage``), each over its own temporal subgraph as of the seed's cutoff,
-and scored by their dot product; trained with sampled negatives (``fourdb.engine.links.LinkSource``)."""
+and scored by their dot product; trained with sampled negatives (``fourdb.engine.links.LinkSource``).
+
+With ``id_embeddings: true`` every destination node (a tower's own seed, or a neighbour in a source's
+subgraph) adds a learned vector of its row, found by key (``fourdb.models.id_embeddings``), to its input
+state: what the columns cannot tell apart, the row's own history of links can."""
 from __future__ import annotations
 
 import torch
@@ -10,15 +14,18 @@ from fourdb.engine.links import LinkSource
 from fourdb.features.interactions import RecData
 from fourdb.models.base import register_model
 from fourdb.models.gnn import HeteroGNN, RecommendationGNN
+from fourdb.models.id_embeddings import IdEmbeddings
 
 
 class TwoTowerNet(nn.Module):
-    def __init__(self, encoder: HeteroGNN, source: str, destination: str, dim: int):
+    def __init__(self, encoder: HeteroGNN, source: str, destination: str, dim: int, ids: IdEmbeddings | None = None):
         super().__init__()
         self.encoder, self.source, self.destination, self.dim = encoder, source, destination, dim
+        self.ids = ids
 
     def embed(self, blocks, feats, ntype: str) -> torch.Tensor:
-        return self.encoder.embed(blocks, feats, ntype)
+        h = None if self.ids is None else self.ids.add_to(self.encoder.encode(feats), feats, self.destination)
+        return self.encoder.embed(blocks, feats, ntype, h)
 
     def forward(self, src_blocks, src_feats, dst_blocks, dst_feats, pairs) -> torch.Tensor:
         """Logits [B, candidates]: source i against the destinations ``pairs[i]`` (rows of the dst batch)."""
@@ -29,11 +36,12 @@ class TwoTowerNet(nn.Module):
 
 @register_model("two_tower")
 class TwoTower(RecommendationGNN):
-    extra_params = ("gnn", "negatives")
+    extra_params = ("gnn", "negatives", "id_embeddings")
 
     def build(self, data: RecData) -> TwoTowerNet:
         hidden = self.params["hidden"]  # the head gives each row a vector of this size
-        return TwoTowerNet(self.network(data.graph, hidden), data.graph.seed_type, data.destination, hidden)
+        return TwoTowerNet(self.network(data.graph, hidden), data.graph.seed_type, data.destination, hidden,
+                           self.id_embeddings(data))
 
     def make_source(self, data: RecData, trainer_cfg) -> LinkSource:
-        return LinkSource(data, trainer_cfg.batch_size, self.params["negatives"])
+        return LinkSource(data, trainer_cfg.batch_size, self.params["negatives"], self.id_keys(data))

@@ -24,6 +24,7 @@ import torch
 
 from fourdb.defaults import defaults_from
 from fourdb.engine import ddp
+from fourdb.engine.embedding_sync import EmbeddingSync, check_hot_rows, check_mode, embedding_tables
 from fourdb.engine.timing import to_device
 from fourdb.train import checkpoint
 from fourdb.metrics import compute, higher_is_better
@@ -49,10 +50,17 @@ class TrainerConfig:
     backend: str | None = None  # a process group's backend: one process has none
     checkpoint_every: int = 0
     max_restarts: int = 0
+    embedding_sync: str | None = None  # learned row vectors: None, all-reduced by DDP with the rest
+    embedding_hot_rows: int | str = "auto"  # conf/trainer/ddp.yaml says what both mean
     checkpoint_dir: str | None = None  # set by the runner: the run's output folder
     checkpoint_key: str | None = None  # set by the runner: a hash of the run's config
     objective: str | None = None  # set by the runner from the objective group: regression's loss
     SET_BY_RUNNER = ("checkpoint_dir", "checkpoint_key", "objective")  # not settings of the trainer group
+
+    def __post_init__(self):
+        if self.embedding_sync is not None:
+            check_mode(self.embedding_sync)
+        check_hot_rows(self.embedding_hot_rows)
 
     def trainer(self, info, seed: int = 0) -> "Trainer":
         """The trainer that fits a model of task ``info`` (``fourdb.models.TaskInfo``) with this config."""
@@ -68,6 +76,7 @@ class Trainer:
         self.device = cfg.torch_device()
         self.y_mean, self.y_std = 0.0, 1.0
         self.history: list[dict] = []
+        self.sync: EmbeddingSync | None = None  # a data-parallel run's exchange of learned row vectors
 
     def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.task_type.loss(out, y, (self.y_mean, self.y_std), regression_objective(self.cfg.objective, self.metric))
@@ -88,7 +97,10 @@ class Trainer:
         if sharded:  # the source samples only this rank's share of every batch
             source.shard(ctx.rank, ctx.world)
         source.prepare(module, self.device, epochs=self.cfg.epochs)  # e.g. engine=auto profiles the model
-        net = ddp.wrap(module, self.device) if ctx.distributed else module
+        tables = embedding_tables(module) if ctx.distributed and self.cfg.embedding_sync else []
+        if tables:  # their gradients travel as trainer.embedding_sync says, the rest with DDP
+            self.sync = EmbeddingSync(tables, self.cfg.embedding_sync, self.cfg.embedding_hot_rows, ctx.world)
+        net = ddp.wrap(module, self.device, self.sync.ignored(module) if self.sync else ()) if ctx.distributed else module
         opt = torch.optim.AdamW(module.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
         higher = higher_is_better(self.metric)
         best, best_state, bad_epochs = -math.inf, None, 0
@@ -142,11 +154,16 @@ class Trainer:
                         continue
                     inputs, y = ddp.shard_batch(inputs, y, ctx.rank, ctx.world)
                 opt.zero_grad()
-                loss = self._loss(net(*to_device(inputs, self.device)), y.to(self.device))
+                out = net(*to_device(inputs, self.device))
+                if self.sync:
+                    self.sync.after_forward()
+                loss = self._loss(out, y.to(self.device))
                 if ctx.distributed:  # DDP averages over ranks: weight by this shard's share of the global batch
                     (loss * (len(y) * ctx.world / ddp.all_sum(len(y), self.device))).backward()
                 else:
                     loss.backward()
+                if self.sync:
+                    self.sync.after_backward()
                 opt.step()
                 losses.append(loss.item())
                 global_step += 1
