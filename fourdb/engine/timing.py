@@ -18,6 +18,16 @@ def to_device(inputs, device):
     return inputs.to(device) if hasattr(inputs, "to") else inputs
 
 
+def with_threads(n: int, fn):
+    """``fn()`` on ``n`` intra-op threads, the setting restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(before)
+
+
 def median_seconds(times: list[float]) -> float:
     """The median, leaving out the first measurement (one-off warm-up) when there are more."""
     return float(np.median(times[1:] if len(times) > 1 else times)) if times else 0.0
@@ -56,6 +66,24 @@ def measure_steps(module: torch.nn.Module, device, inputs: list, opt: torch.opti
     return median_seconds(times)
 
 
+@torch.no_grad()
+def measure_forward(module: torch.nn.Module, device, inputs: list) -> float:
+    """Median seconds of an evaluation forward pass (eval mode, no gradients) on each batch of ``inputs``."""
+    device = torch.device(device)
+    was_training = module.training
+    module.eval()
+    times = []
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        for x in inputs:
+            t = time.perf_counter()
+            module(*to_device(x, device))
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+    module.train(was_training)
+    return median_seconds(times)
+
+
 def row_bytes(features: dict) -> float:
     """Mean bytes of one stored feature row over the tables (float32 numbers, int64 codes, a slot)."""
     return float(np.mean([f.numeric.shape[1] * 4 + f.categorical.shape[1] * 8 + 8 for f in features.values()]))
@@ -68,6 +96,13 @@ def rss_mb() -> float:
     except ImportError:  # pragma: no cover
         return 0.0
     return psutil.Process().memory_info().rss / 2 ** 20
+
+
+def maxrss_mb() -> float:
+    """This process's peak resident memory so far, in MB (Linux reports KB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 class PeakRSS:
