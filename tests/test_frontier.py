@@ -40,8 +40,9 @@ def costs(**changes):
     base = dict(batch_size=512, train_seeds=20480, val_seeds=2048, cores=2, on_gpu=False,
                 sample=Line(0.005, 4e-5), replay=Line(0.001, 4e-6), model_1t=Line(0.02, 5e-5),
                 model_t=Line(0.02, 5e-5), threads=1, forward=Line(0.005, 1e-5), batch_mb=Line(0.1, 0.005),
-                step_mb=Line(5.0, 0.1), forward_mb=Line(1.0, 0.02), rows=Line(0.0, 10.0), base_mb=1000.0,
-                maxrss_mb=1000.0, state_mb=2.0, grad_mb=1.0, row_mb=1e-4, features_mb=50.0, store_epochs=2,
+                step_mb=Line(5.0, 0.1), forward_mb=Line(1.0, 0.02), store_index_mb=Line(0.0, 1e-4),
+                store_features_mb=Line(0.0, 1e-3), base_mb=1000.0, maxrss_mb=1000.0, state_mb=2.0, grad_mb=1.0,
+                features_mb=50.0, store_epochs=2,
                 epochs=2, layerwise_s=3.0, layerwise_mb=400.0)
     return Costs(**{**base, **changes})
 
@@ -80,12 +81,16 @@ def test_layerwise_evaluation_is_priced_by_its_own_measurement():
 
 
 def test_the_store_costs_its_build_once_and_a_hot_tier_trades_pages_for_rows():
-    table = priced(costs(rows=Line(0.0, 200.0)))
+    big = dict(store_index_mb=Line(0.0, 0.002), store_features_mb=Line(0.0, 0.02))
+    table = priced(costs(**big))
     online, cold = table[("online", 0.0, 512, "sampled", 1, 1)], table[("offline", 0.0, 512, "sampled", 1, 1)]
-    built = priced(costs(rows=Line(0.0, 200.0), built=frozenset({0.0})))[("offline", 0.0, 512, "sampled", 1, 1)]
+    built = priced(costs(**big, built=frozenset({0.0})))[("offline", 0.0, 512, "sampled", 1, 1)]
     assert built.epoch_s < online.epoch_s < cold.epoch_s  # replay is cheap, the build is not
+    # building holds both epochs (2 x 40 batches x 11 MB) and one of them twice while it writes them;
+    # once built, the pages read
+    assert cold.peak_mb - online.peak_mb > 1.5 * 80 * 11 > built.peak_mb - online.peak_mb > 80 * 11 * 0.9
+    # a hot tier holding every row (50 MB) spares the packed rows: 80 x 1 MB of index is left
     hot = table[("offline", 50.0, 512, "sampled", 1, 1)]
-    # 2 epochs x 40 batches x 102,400 rows x 100 bytes of packed rows against a 50 MB tier
     assert hot.peak_mb < cold.peak_mb and hot.cache_mb == 50.0
 
 

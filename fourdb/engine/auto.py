@@ -39,9 +39,9 @@ from fourdb.engine.frontier import Strategy, pareto, pick
 from fourdb.engine.layerwise import cutoff_inference
 from fourdb.engine.parallel import machine
 from fourdb.engine.pipeline import prefetch
-from fourdb.engine.store import hot_budget_rows, replay_seconds, store_key
+from fourdb.engine.store import hot_budget_rows, replay_seconds, store_key, stored_mb
 from fourdb.engine.timing import (PeakRSS, batch_mb, maxrss_mb, measure_forward, measure_steps, median_seconds,
-                                  row_bytes, rss_mb, with_threads)
+                                  rss_mb, with_threads)
 from fourdb.utils import atomic_write_text, cache_root
 
 log = logging.getLogger("fourdb")
@@ -88,7 +88,8 @@ def _measure_size(source, plan, seeds: int, device, threads: int) -> dict:
     m = {"sample": median_seconds([b[2] for b in batches]),
          # timed as training runs it: replay on a producer thread
          "replay": next(prefetch([lambda: replay_seconds(source, [b[0] for b in batches])], workers=1, depth=1)),
-         "rows": float(np.mean([sum(len(v) for v in b[0].input_nodes.values()) for b in batches])),
+         "store_index_mb": float(np.mean([stored_mb(source, b[0])[0] for b in batches])),
+         "store_features_mb": float(np.mean([stored_mb(source, b[0])[1] for b in batches])),
          "batch_mb": float(np.mean([batch_mb(b[1]) for b in batches])),
          "model_t": 0.0, "model_1t": 0.0, "forward": 0.0, "step_mb": 0.0, "forward_mb": 0.0}
     if source.module is None:
@@ -108,21 +109,26 @@ def _measure_size(source, plan, seeds: int, device, threads: int) -> dict:
 
 
 def _layerwise(source, device) -> tuple[float | None, float]:
-    """Seconds and memory of exact layer-wise evaluation of the validation split: its latest cutoff
-    (the most edges known) timed, times the number of cutoffs; None where the model cannot."""
+    """Seconds of exact layer-wise evaluation of the validation split, and the memory it adds; None where
+    the model cannot. One cutoff is timed: the one with the most seeds of the validation and test splits
+    (the run evaluates both; rows reached, so memory, grow with the seeds), times the validation cutoffs
+    (a cutoff's time is mostly the graph-wide masks and layers, whatever its seeds)."""
     data, module = source.data, source.module
-    cutoffs = np.unique(np.asarray(data.cutoffs["val"], np.int64))
-    if not isinstance(module, LayerwiseModule) or not len(cutoffs):
+    groups = [(int(n), split, int(c)) for split in ("val", "test") if len(data.cutoffs.get(split, ()))
+              for c, n in zip(*np.unique(np.asarray(data.cutoffs[split], np.int64), return_counts=True))]
+    val_cutoffs = len(np.unique(np.asarray(data.cutoffs["val"], np.int64)))
+    if not isinstance(module, LayerwiseModule) or not val_cutoffs:
         return None, 0.0
+    _, split, cutoff = max(groups)
     was_training = module.training
     try:
         with PeakRSS() as peak:
             t = time.perf_counter()
-            cutoff_inference(module, data, "val", int(cutoffs[-1]), device)
+            cutoff_inference(module, data, split, cutoff, device)
             seconds = time.perf_counter() - t
     finally:
         module.train(was_training)
-    return seconds * len(cutoffs), peak.growth_mb
+    return seconds * val_cutoffs, peak.growth_mb
 
 
 def measure(source, rng: np.random.Generator, explore: bool = False) -> Costs:
@@ -141,6 +147,14 @@ def measure(source, rng: np.random.Generator, explore: bool = False) -> Costs:
     def line(key: str) -> Line:
         return Line.fit({s: m[key] for s, m in measured.items()})
 
+    def scaled(key: str) -> Line:
+        """What a step or a forward pass adds to the RSS, from the first batches timed (the allocator then
+        grows the heap as training's first steps do; later ones reuse what it freed), in proportion to
+        the bytes a batch holds (its nodes and edges)."""
+        ratio = measured[full][key] / max(measured[full]["batch_mb"], 1e-9)
+        return Line(ratio * batch.fixed, ratio * batch.per)
+
+    batch = line("batch_mb")
     params = sum(p.numel() * p.element_size() for p in source.module.parameters()) if source.module is not None else 0
     feats = source.data.graph.features
     features_mb = sum(f.numeric.nbytes + f.categorical.nbytes for f in feats.values()) / 2 ** 20
@@ -158,10 +172,11 @@ def measure(source, rng: np.random.Generator, explore: bool = False) -> Costs:
         # a rank's made batch holds its share of the global one: lines are per rank-batch seeds, and a
         # rank of ``world`` prices itself at ``batch_size / world`` seeds
         sample=line("sample"), replay=line("replay"), model_1t=line("model_1t"), model_t=line("model_t"),
-        threads=threads, forward=line("forward"), batch_mb=line("batch_mb"), step_mb=line("step_mb"),
-        forward_mb=line("forward_mb"), rows=line("rows"), base_mb=base_mb, maxrss_mb=peak_so_far,
+        threads=threads, forward=line("forward"), batch_mb=batch, step_mb=scaled("step_mb"),
+        forward_mb=scaled("forward_mb"), store_index_mb=line("store_index_mb"),
+        store_features_mb=line("store_features_mb"), base_mb=base_mb, maxrss_mb=peak_so_far,
         state_mb=0.0 if on_gpu else 2 * params / 2 ** 20, grad_mb=0.0 if on_gpu else params / 2 ** 20,
-        row_mb=row_bytes(feats) / 2 ** 20, features_mb=features_mb, store_epochs=eng.store_epochs,
+        features_mb=features_mb, store_epochs=eng.store_epochs,
         epochs=max(1, source.planned_epochs or eng.store_epochs), built=built, gpu_cache_mb=gpu_cache,
         layerwise_s=lw_s, layerwise_mb=lw_mb)
 
