@@ -40,8 +40,8 @@ from fourdb.engine.layerwise import cutoff_inference
 from fourdb.engine.parallel import machine
 from fourdb.engine.pipeline import prefetch
 from fourdb.engine.store import hot_budget_rows, replay_seconds, store_key, stored_mb
-from fourdb.engine.timing import (PeakRSS, batch_mb, maxrss_mb, measure_forward, measure_steps, median_seconds,
-                                  rss_mb, with_threads)
+from fourdb.engine.timing import (PeakRSS, batch_mb, forward_times, maxrss_mb, median_seconds, rss_mb, step_times,
+                                  with_threads)
 from fourdb.utils import atomic_write_text, cache_root
 
 log = logging.getLogger("fourdb")
@@ -73,62 +73,80 @@ def _free_memory_mb(device) -> float:
         return 4096.0
 
 
-def _measure_size(source, plan, seeds: int, device, threads: int) -> dict:
-    """Costs of batches of ``seeds`` seeds (the first ones of each planned batch)."""
+def _measure(source, plan, sizes: tuple, device, threads: int) -> dict[int, dict]:
+    """Costs of batches of each of ``sizes`` seeds (the first ones of each planned batch). The sizes take
+    turns batch by batch, so other work on the machine weighs on each alike: a line fitted through
+    sizes timed one after the other took a change of load for a cost of the batch's size."""
+    jobs = [(idx[:s], seed) for idx, seed in plan for s in sizes]
+    size = [s for _ in plan for s in sizes]
+
     def job(idx, seed):
         t = time.perf_counter()
-        batch = source.sample("train", idx[:seeds], np.random.default_rng(seed))
+        batch = source.sample("train", idx, np.random.default_rng(seed))
         inputs = (batch.blocks, source.gather(batch))
         return batch, inputs, time.perf_counter() - t
 
     def made():  # on a sampler thread, as training makes them
-        return list(prefetch([(lambda i=i, s=s: job(i, s)) for i, s in plan], workers=1, depth=1))
+        return list(prefetch([(lambda i=i, s=s: job(i, s)) for i, s in jobs], workers=1, depth=1))
+
+    def per_size(values: list) -> dict[int, list]:
+        return {s: [v for v, k in zip(values, size) if k == s] for s in sizes}
 
     batches = made()
-    m = {"sample": median_seconds([b[2] for b in batches]),
-         # timed as training runs it: replay on a producer thread
-         "replay": next(prefetch([lambda: replay_seconds(source, [b[0] for b in batches])], workers=1, depth=1)),
-         "store_index_mb": float(np.mean([stored_mb(source, b[0])[0] for b in batches])),
-         "store_features_mb": float(np.mean([stored_mb(source, b[0])[1] for b in batches])),
-         "batch_mb": float(np.mean([batch_mb(b[1]) for b in batches])),
-         "model_t": 0.0, "model_1t": 0.0, "forward": 0.0, "step_mb": 0.0, "forward_mb": 0.0}
+    made_of = per_size(batches)
+    out = {s: {"sample": median_seconds([b[2] for b in made_of[s]]),
+               # timed as training runs it: replay on a producer thread
+               "replay": next(prefetch([lambda s=s: replay_seconds(source, [b[0] for b in made_of[s]])], 1, 1)),
+               "store_index_mb": float(np.mean([stored_mb(source, b[0])[0] for b in made_of[s]])),
+               "store_features_mb": float(np.mean([stored_mb(source, b[0])[1] for b in made_of[s]])),
+               "batch_mb": float(np.mean([batch_mb(b[1]) for b in made_of[s]])),
+               "model_t": 0.0, "model_1t": 0.0, "forward": 0.0, "step_mb": 0.0, "forward_mb": 0.0} for s in sizes}
     if source.module is None:
-        return m
+        return out
     on_gpu = torch.device(device).type == "cuda"
     inputs = [b[1] for b in batches]
     with PeakRSS() as peak:  # activations and gradients, freed when a step is over; fresh batches, as in training
-        m["model_t"] = with_threads(threads, lambda: measure_steps(source.module, device, inputs))
-    m["step_mb"] = 0.0 if on_gpu else peak.growth_mb
-    # one thread, on batches of its own (DGL builds a block's formats on first use, as in training)
-    m["model_1t"] = m["model_t"] if threads == 1 or on_gpu else \
-        with_threads(1, lambda: measure_steps(source.module, device, [b[1] for b in made()]))
+        model_t = per_size(with_threads(threads, lambda: step_times(source.module, device, inputs)))
+    step_mb = 0.0 if on_gpu else peak.growth_mb  # the largest batches' (the first size)
+    # one thread, on batches of their own (DGL builds a block's formats on first use, as in training)
+    model_1t = model_t if threads == 1 or on_gpu else \
+        per_size(with_threads(1, lambda: step_times(source.module, device, [b[1] for b in made()])))
     with PeakRSS() as peak:
-        m["forward"] = with_threads(threads, lambda: measure_forward(source.module, device, inputs))
-    m["forward_mb"] = 0.0 if on_gpu else peak.growth_mb
-    return m
+        forward = per_size(with_threads(threads, lambda: forward_times(source.module, device, inputs)))
+    for s in sizes:
+        out[s].update(model_t=median_seconds(model_t[s]), model_1t=median_seconds(model_1t[s]),
+                      forward=median_seconds(forward[s]), step_mb=step_mb, forward_mb=0.0 if on_gpu else peak.growth_mb)
+    return out
 
 
 def _layerwise(source, device) -> tuple[float | None, float]:
     """Seconds of exact layer-wise evaluation of the validation split, and the memory it adds; None where
-    the model cannot. One cutoff is timed: the one with the most seeds of the validation and test splits
-    (the run evaluates both; rows reached, so memory, grow with the seeds), times the validation cutoffs
-    (a cutoff's time is mostly the graph-wide masks and layers, whatever its seeds)."""
+    the model cannot. Memory: the cutoff with the most seeds of the validation and test splits (the run
+    evaluates both; the rows reached grow with the seeds), timed first, on a heap that has not yet
+    reused what it freed. Time: the validation cutoff with the most seeds, times the validation cutoffs."""
     data, module = source.data, source.module
-    groups = [(int(n), split, int(c)) for split in ("val", "test") if len(data.cutoffs.get(split, ()))
-              for c, n in zip(*np.unique(np.asarray(data.cutoffs[split], np.int64), return_counts=True))]
-    val_cutoffs = len(np.unique(np.asarray(data.cutoffs["val"], np.int64)))
-    if not isinstance(module, LayerwiseModule) or not val_cutoffs:
+
+    def groups(split: str) -> list[tuple[int, str, int]]:
+        cutoffs, counts = np.unique(np.asarray(data.cutoffs.get(split, ()), np.int64), return_counts=True)
+        return [(int(n), split, int(c)) for c, n in zip(cutoffs, counts)]
+
+    val = groups("val")
+    if not isinstance(module, LayerwiseModule) or not val:
         return None, 0.0
-    _, split, cutoff = max(groups)
+    largest, timed = max(val + groups("test")), max(val)
     was_training = module.training
     try:
         with PeakRSS() as peak:
-            t = time.perf_counter()
-            cutoff_inference(module, data, split, cutoff, device)
-            seconds = time.perf_counter() - t
+            start = time.perf_counter()
+            cutoff_inference(module, data, largest[1], largest[2], device)
+            seconds = time.perf_counter() - start
+        if timed != largest:
+            start = time.perf_counter()
+            cutoff_inference(module, data, timed[1], timed[2], device)
+            seconds = time.perf_counter() - start
     finally:
         module.train(was_training)
-    return seconds * val_cutoffs, peak.growth_mb
+    return seconds * len(val), peak.growth_mb
 
 
 def measure(source, rng: np.random.Generator, explore: bool = False) -> Costs:
@@ -142,7 +160,7 @@ def measure(source, rng: np.random.Generator, explore: bool = False) -> Costs:
     cores = os.cpu_count() or 1
     threads = torch.get_num_threads() if on_gpu else max(1, min(torch.get_num_threads(), cores - 1))
     sizes = (full, max(1, full // 2)) if explore else (full,)
-    measured = {s: _measure_size(source, plan, s, device, threads) for s in sizes}
+    measured = _measure(source, plan, sizes, device, threads)
 
     def line(key: str) -> Line:
         return Line.fit({s: m[key] for s, m in measured.items()})

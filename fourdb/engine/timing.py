@@ -34,10 +34,15 @@ def median_seconds(times: list[float]) -> float:
 
 
 def measure_steps(module: torch.nn.Module, device, inputs: list, opt: torch.optim.Optimizer | None = None) -> float:
-    """Median seconds of a training step (forward, backward and, given one, the optimizer's step) on
-    each batch of ``inputs``. The random state and the buffers (state a model keeps across batches) are
-    restored afterwards, and without an optimizer the parameters and their gradients are left as they
-    were, so the run it profiles is unchanged."""
+    """Median seconds of a training step on each batch of ``inputs`` (``step_times``)."""
+    return median_seconds(step_times(module, device, inputs, opt))
+
+
+def step_times(module: torch.nn.Module, device, inputs: list, opt: torch.optim.Optimizer | None = None) -> list[float]:
+    """Seconds of a training step (forward, backward and, given one, the optimizer's step) on each batch
+    of ``inputs``. The random state and the buffers (state a model keeps across batches) are restored
+    afterwards, and without an optimizer the parameters and their gradients are left as they were, so
+    the run it profiles is unchanged."""
     device = torch.device(device)
     was_training = module.training
     module.train()
@@ -63,12 +68,12 @@ def measure_steps(module: torch.nn.Module, device, inputs: list, opt: torch.opti
         for b, saved in zip(module.buffers(), buffers):
             b.copy_(saved)
     module.train(was_training)
-    return median_seconds(times)
+    return times
 
 
 @torch.no_grad()
-def measure_forward(module: torch.nn.Module, device, inputs: list) -> float:
-    """Median seconds of an evaluation forward pass (eval mode, no gradients) on each batch of ``inputs``."""
+def forward_times(module: torch.nn.Module, device, inputs: list) -> list[float]:
+    """Seconds of an evaluation forward pass (eval mode, no gradients) on each batch of ``inputs``."""
     device = torch.device(device)
     was_training = module.training
     module.eval()
@@ -81,7 +86,7 @@ def measure_forward(module: torch.nn.Module, device, inputs: list) -> float:
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
     module.train(was_training)
-    return median_seconds(times)
+    return times
 
 
 def row_bytes(features: dict) -> float:
