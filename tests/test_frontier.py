@@ -33,6 +33,8 @@ def test_a_limit_no_strategy_meets_is_one_line_naming_the_smallest():
         pick(TABLE, "time", memory_limit_gb=0.25)
     msg = str(err.value)
     assert "\n" not in msg and "online workers=1 prefetch=1" in msg and "0.49 GB" in msg, msg
+    with pytest.raises(SettingError):  # nothing priced for the run's settings: one line, not a traceback
+        pick([])
 
 
 # ------------------------------------------------------------------ the cost model on made-up measurements

@@ -57,6 +57,8 @@ def pareto(strategies: list[Strategy]) -> list[Strategy]:
 def pick(strategies: list[Strategy], objective: str = "time", memory_limit_gb: float | None = None) -> Strategy:
     """The fastest (``time``) or the smallest (``memory``) frontier strategy under ``memory_limit_gb``;
     a limit none meets is a one-line error naming the smallest strategy and its memory."""
+    if not strategies:
+        raise SettingError("engine=auto: no strategy to choose from for this run's settings")
     front = pareto(strategies)
     fits = [s for s in front if memory_limit_gb is None or s.peak_mb <= 1024 * memory_limit_gb]
     if not fits:
