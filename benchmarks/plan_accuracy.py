@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -128,6 +129,7 @@ def main() -> None:
           **{f"time_rank_corr_{db}": c for db, c in corrs.items()}, mem_rel_err=float(np.median(errors)),
           mem_rel_err_max=float(np.max(errors)), limit_ok=f"{limits_ok}/{limits}", strategies=len(rows),
           epochs=EPOCHS, cores=os.cpu_count(), load=load_average())
+    shutil.rmtree(tmp, ignore_errors=True)  # the runs' folders and stores: their records are read
 
 
 if __name__ == "__main__":
