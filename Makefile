@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test docs install clean bench bench-engine bench-scale
+.PHONY: run test docs install clean bench bench-engine bench-scale bench-plan
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,7 +28,7 @@ docs: $(STAMP)
 # Performance comparisons, one `BENCH name=... ratio=...` line each (not part of `make test`).
 # `bench` runs every benchmark group of the project; each group is a target it depends on.
 ENGINE_BENCH := bench_sampler.py bench_store.py bench_layerwise.py model_cost.py
-bench: bench-engine bench-dfs bench-parallel
+bench: bench-engine bench-dfs bench-parallel bench-plan
 
 bench-engine: $(STAMP)
 	cd benchmarks && for s in $(ENGINE_BENCH); do DGLBACKEND=pytorch ../$(BIN)/python $$s || exit 1; done
@@ -53,6 +53,11 @@ clean:
 bench-parallel: $(STAMP)
 	cd benchmarks && DGLBACKEND=pytorch ../$(BIN)/python ddp_scaling.py
 	cd benchmarks && DGLBACKEND=pytorch ../$(BIN)/python ddp_embeddings.py
+
+# The cost model's accuracy: 8 strategies on two databases, each trained in a process of its own, predicted
+# against measured epoch time and peak memory, and the pick under a memory limit (benchmarks/plan_accuracy.py).
+bench-plan: $(STAMP)
+	cd benchmarks && DGLBACKEND=pytorch ../$(BIN)/python plan_accuracy.py
 
 # How each stage grows with the database: the synthetic shop at 1M, 10M and 100M rows, peak RSS capped
 # at 16 GB per size (benchmarks/bench_scale.py; the largest size takes a while on 2 cores).

@@ -41,7 +41,7 @@ def prepare(folders: list[Path]) -> dict:
     from fourdb.engine.parallel import choose_nproc, machine, predict
     from fourdb.launch import profile
     from fourdb.models import TaskInfo, create_model
-    from fourdb.run import graph_inputs, inputs_key, shared_folder, subsample
+    from fourdb.inputs import graph_inputs, inputs_key, shared_folder, subsample
     from fourdb.tasks import load_task
     from fourdb.train.trainer import TrainerConfig
     from omegaconf import OmegaConf
@@ -67,7 +67,10 @@ def prepare(folders: list[Path]) -> dict:
 
 
 def run(nproc: int, folder: Path, workers: int) -> dict:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "DGLBACKEND": "pytorch"}
+    from fourdb.utils import cache_root
+
+    # the cache this process built the shared graph under: its key seals the graph (the runs start in ROOT)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "DGLBACKEND": "pytorch", "FOURDB_CACHE": str(cache_root().resolve())}
     p = subprocess.run([sys.executable, "-m", "fourdb.cli", "run", *OVERRIDES, f"trainer.nproc={nproc}",
                         f"engine.workers={workers}", f"hydra.run.dir={folder}"], cwd=ROOT, env=env,
                        capture_output=True, text=True)

@@ -22,8 +22,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from fourdb.engine import ddp
-from fourdb.engine.parallel import ParallelPlan, Profile, choose_nproc, fit_line, machine
-from fourdb.engine.timing import measure_steps
+from fourdb.engine.cost import Line
+from fourdb.engine.parallel import ParallelPlan, Profile, choose_nproc, machine
+from fourdb.engine.timing import measure_steps, with_threads
 from fourdb.errors import FourdbError
 from fourdb.prepare import clear_launch, prepare_run, trainer_config, write_launch
 
@@ -132,16 +133,19 @@ def exit_rank() -> None:
 def profile(model, data, trainer_cfg, batches: int = 4, seed: int = 0) -> Profile:
     """Time ``batches`` training steps of size B and B/2 on this process, on a model of its own.
 
-    ``model`` (and ``model_1t``) is the whole step after the batch is made: forward, loss, backward and
-    the optimizer's step, each timed on batches fresh from the sampler (DGL builds a block's sparse
-    formats on first use, as in training).
+    ``model`` is the whole step after the batch is made: forward, loss, backward and the optimizer's
+    step, each timed on batches fresh from the sampler (DGL builds a block's sparse formats on first use,
+    as in training), on one thread and on the threads training gives it: the cores its sampler thread
+    leaves (fourdb/engine/pipeline.py), all of them for a model without one. Never on more: on a busy
+    machine oversubscribed intra-op threads wait on each other at every operation, and a step timed so
+    was 50 times what training took.
     """
     device = trainer_cfg.torch_device()
     module = model.build(data).to(device)
     opt = torch.optim.AdamW(module.parameters(), lr=trainer_cfg.lr)
     B = trainer_cfg.batch_size
     half = max(1, B // 2)
-    samples, models, models_1t = {}, {}, {}
+    samples, models, models_1t, threads = {}, {}, {}, torch.get_num_threads()
     for b in (B, half):
         source = model.make_source(data, type(trainer_cfg)(**{**trainer_cfg.__dict__, "batch_size": b}))
 
@@ -149,15 +153,12 @@ def profile(model, data, trainer_cfg, batches: int = 4, seed: int = 0) -> Profil
             return source.timed_batches(np.random.default_rng(seed + k), batches + 1)
 
         made, samples[b] = make(0)
-        models[b] = measure_steps(module, device, made, opt)
-        if device.type == "cpu":
+        if b == B and samples[b] > 0 and device.type == "cpu":
+            threads = max(1, min(threads, (os.cpu_count() or 1) - 1))
+        models[b] = with_threads(threads, lambda: measure_steps(module, device, made, opt))
+        if device.type == "cpu" and threads > 1:
             made, _ = make(1)
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
-                models_1t[b] = measure_steps(module, device, made, opt)
-            finally:
-                torch.set_num_threads(threads)
+            models_1t[b] = with_threads(1, lambda: measure_steps(module, device, made, opt))
         else:
             models_1t[b] = models[b]
     full = model.make_source(data, trainer_cfg)
@@ -165,8 +166,8 @@ def profile(model, data, trainer_cfg, batches: int = 4, seed: int = 0) -> Profil
     if trainer_cfg.max_steps_per_epoch:
         nb = min(nb, trainer_cfg.max_steps_per_epoch)
     grad_bytes = int(sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad))
-    return Profile(B, fit_line(samples[half], samples[B], half, B), fit_line(models[half], models[B], half, B),
-                   fit_line(models_1t[half], models_1t[B], half, B), grad_bytes, nb)
+    return Profile(B, Line.fit({half: samples[half], B: samples[B]}), Line.fit({half: models[half], B: models[B]}),
+                   Line.fit({half: models_1t[half], B: models_1t[B]}), grad_bytes, nb, threads)
 
 
 def recommend(cfg, out_dir) -> ParallelPlan:
@@ -178,8 +179,8 @@ def recommend(cfg, out_dir) -> ParallelPlan:
     cores, gpus = machine()
     plan = choose_nproc(prof, cores, gpus, _memory_bound())
     log.info("parallel auto: per batch of %d: sample %.1f ms, model %.1f ms (%.1f ms on one thread), "
-             "gradients %.1f MB; %s", prof.batch_size, 1e3 * Profile.line(prof.sample_s, prof.batch_size),
-             1e3 * Profile.line(prof.model_s, prof.batch_size), 1e3 * Profile.line(prof.model_1t_s, prof.batch_size),
+             "gradients %.1f MB; %s", prof.batch_size, 1e3 * prof.sample_s.at(prof.batch_size),
+             1e3 * prof.model_s.at(prof.batch_size), 1e3 * prof.model_1t_s.at(prof.batch_size),
              prof.grad_bytes / 2 ** 20, plan.reason)
     return plan
 

@@ -14,7 +14,8 @@ import torch
 
 from conftest import config
 from fourdb.engine import ddp
-from fourdb.engine.parallel import Profile, choose_nproc, predict, thread_factor
+from fourdb.engine.cost import thread_factor
+from fourdb.engine.parallel import Profile, choose_nproc, predict
 from fourdb.run import run_experiment
 from fourdb.train import checkpoint
 

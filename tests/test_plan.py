@@ -21,9 +21,12 @@ def test_fourdb_plan_prints_every_strategy_marks_the_frontier_and_draws_it(tmp_p
                        capture_output=True, text=True, timeout=600,
                        env={**os.environ, "FOURDB_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)})
     assert p.returncode == 0, p.stdout + p.stderr
-    rows = [line for line in p.stdout.splitlines() if "workers=" in line]
+    rows = [line for line in p.stdout.splitlines() if line[3:].startswith(("online", "offline"))]
     assert any("online" in r for r in rows) and any("offline" in r for r in rows), p.stdout
     assert any(r[2] == "*" for r in rows) and sum(r.startswith("->") for r in rows) == 1, p.stdout
+    # every dimension: both evaluations, half and twice the batch, 1 and 2 processes where there are 2 cores
+    assert any(" layerwise " in r for r in rows) and {r.split()[-6] for r in rows} >= {"32", "64", "128"}, p.stdout
+    assert "calibration" in p.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -38,6 +41,12 @@ def test_engine_auto_with_the_memory_objective_and_a_limit_records_prediction_an
     assert 0 < eng["predicted_peak_mb"] <= 64 * 1024 and eng["measured_peak_mb"] > 0
     assert eng["predicted_epoch_seconds"] > 0 and len(eng["epoch_seconds"]) == 2
     assert eng["mode"] == "online" and eng["prefetch"] == 1  # the least memory: nothing stored, one batch ahead
+    assert eng["strategy"].startswith("online workers=1 prefetch=1") and eng["predicted_eval_seconds"] > 0
+    # the model's own error, kept for fourdb plan to show
+    from fourdb.engine.auto import last_calibration
+
+    line = last_calibration()
+    assert line and "\n" not in line and "off by" in line and eng["strategy"] in line, line
 
 
 def test_engine_auto_with_a_limit_no_strategy_meets_stops_in_one_line(tmp_path, monkeypatch):

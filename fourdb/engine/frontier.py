@@ -15,15 +15,31 @@ class Strategy:
     mode: str  # online or offline
     workers: int  # sampler (or replay) threads
     prefetch: int  # batches prepared ahead at most
-    epoch_s: float  # predicted seconds per training epoch (offline: with the store's build spread over the epochs)
-    peak_mb: float  # predicted peak resident memory of the process while training
+    epoch_s: float  # predicted seconds per epoch: training (offline: the store's build spread over the epochs)
+    # and one validation pass
+    peak_mb: float  # predicted peak resident memory while training, summed over the processes
+    nproc: int = 1  # data-parallel processes
+    batch_size: int = 0  # seeds per (global) batch; 0: the run's
+    cache_mb: float = 0.0  # offline: the hot tier's size
+    inference: str = "sampled"  # evaluation: sampled or layerwise
+    eval_s: float = 0.0  # of ``epoch_s``, the validation pass
 
     @property
     def name(self) -> str:
-        return f"{self.mode} workers={self.workers} prefetch={self.prefetch}"
+        parts = [self.mode, f"workers={self.workers}", f"prefetch={self.prefetch}"]
+        if self.cache_mb:
+            parts.append(f"hot={self.cache_mb:.0f}MB")
+        if self.batch_size:
+            parts.append(f"batch={self.batch_size}")
+        if self.inference != "sampled":
+            parts.append(f"eval={self.inference}")
+        if self.nproc > 1:
+            parts.append(f"nproc={self.nproc}")
+        return " ".join(parts)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "epoch_s": round(self.epoch_s, 4), "peak_mb": round(self.peak_mb, 1)}
+        return {**asdict(self), "epoch_s": round(self.epoch_s, 4), "peak_mb": round(self.peak_mb, 1),
+                "eval_s": round(self.eval_s, 4)}  # cache_mb exact: it keys the store
 
 
 def dominates(a: Strategy, b: Strategy) -> bool:
@@ -40,7 +56,9 @@ def pareto(strategies: list[Strategy]) -> list[Strategy]:
 
 def pick(strategies: list[Strategy], objective: str = "time", memory_limit_gb: float | None = None) -> Strategy:
     """The fastest (``time``) or the smallest (``memory``) frontier strategy under ``memory_limit_gb``;
-    a limit none meets is a one-line error naming the smallest strategy."""
+    a limit none meets is a one-line error naming the smallest strategy and its memory."""
+    if not strategies:
+        raise SettingError("engine=auto: no strategy to choose from for this run's settings")
     front = pareto(strategies)
     fits = [s for s in front if memory_limit_gb is None or s.peak_mb <= 1024 * memory_limit_gb]
     if not fits:

@@ -115,6 +115,14 @@ def _one_cutoff(module, data: GraphData, arr: _GraphArrays, seeds: np.ndarray, c
     return readout(h, len(seeds))
 
 
+def cutoff_inference(module, data: GraphData, split: str, cutoff: int, device="cpu") -> torch.Tensor:
+    """Raw outputs for the seeds of ``split`` at one cutoff time: one step of ``layerwise_inference``
+    (the cost model times one to price them all)."""
+    module.eval()
+    seeds = np.asarray(data.seeds[split], np.int64)[np.asarray(data.cutoffs[split], np.int64) == cutoff]
+    return _one_cutoff(module, data, _arrays(data), seeds, int(cutoff), device)
+
+
 def layerwise_inference(module, data: GraphData, split: str, device="cpu") -> torch.Tensor:
     """Raw outputs for every seed of ``split``, in split order, by exact layer-wise inference."""
     module.eval()

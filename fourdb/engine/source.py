@@ -16,14 +16,14 @@ import numpy as np
 import torch
 
 from fourdb.contracts import DataSource
-from fourdb.engine.auto import choose
+from fourdb.engine.auto import choose, save_calibration
 from fourdb.engine.config import EngineConfig
 from fourdb.engine.data import GraphData, add_edge_features, node_inputs
 from fourdb.engine.frontier import pareto
 from fourdb.engine.layerwise import layerwise_inference
 from fourdb.engine.pipeline import prefetch
 from fourdb.engine.store import BatchStore
-from fourdb.engine.timing import rss_mb
+from fourdb.engine.timing import maxrss_mb
 
 log = logging.getLogger("fourdb")
 
@@ -45,7 +45,7 @@ class GraphSource(DataSource):
         self.cache_mb = self.engine.cache_mb
         self.plan = None  # the auto decision, with its predicted epoch time
         self.epoch_seconds: list[float] = []
-        self.peak_mb = 0.0  # under auto: the highest resident memory seen between training batches
+        self.peak_mb = 0.0  # under auto: the process's peak resident memory at the end of each epoch
         self.store = None
         self.module, self.device = None, None  # handed over by the trainer (``prepare``), for ``auto``
         self.planned_epochs = None
@@ -120,8 +120,8 @@ class GraphSource(DataSource):
     def train_batches(self, rng: np.random.Generator):
         if self.mode is None:
             self.plan = choose(self, rng)
-            self.mode, self.workers, self.cache_mb = self.plan.mode, self.plan.workers, self.plan.cache_mb
-            self.prefetch = self.plan.prefetch
+            s = self.plan.strategy
+            self.mode, self.workers, self.prefetch, self.cache_mb = s.mode, s.workers, s.prefetch, s.cache_mb
         if self.mode == "offline":
             if self.store is None:
                 self.store = BatchStore.open_or_build(self, rng, self.engine.store_epochs, self.cache_mb)
@@ -135,18 +135,23 @@ class GraphSource(DataSource):
     def _timed(self, batches):
         start, done = time.perf_counter(), False
         try:
-            for item in batches:
-                if self.plan is not None:  # what the plan predicted the peak of: sampled once a batch
-                    self.peak_mb = max(self.peak_mb, rss_mb())
-                yield item
+            yield from batches
             done = True
         finally:
             seconds = time.perf_counter() - start
             self.epoch_seconds.append(seconds)
             if self.plan is not None:
+                self.peak_mb = maxrss_mb()  # what the plan predicts for this process: its peak so far
                 log.info("engine %s: epoch %d took %.2f s (predicted %.2f s), peak memory %.0f MB (predicted "
-                         "%.0f MB)%s", self.mode, len(self.epoch_seconds), seconds, self.plan.predicted_epoch_s,
-                         self.peak_mb, self.plan.predicted_peak_mb, "" if done else ", stopped early")
+                         "%.0f MB%s)%s", self.mode, len(self.epoch_seconds), seconds, self.plan.train_s, self.peak_mb,
+                         self._predicted_peak(), " per process" if self.world > 1 else "",
+                         "" if done else ", stopped early")
+                if self.rank == 0:  # the model's own error, for ``fourdb plan`` to show
+                    save_calibration(self.plan, self.epoch_seconds, self.peak_mb)
+
+    def _predicted_peak(self) -> float:
+        """The plan's peak for this process (a data-parallel strategy's is summed over its ranks)."""
+        return self.plan.strategy.peak_mb / self.plan.strategy.nproc
 
     def report(self) -> dict:
         """What the engine did, for the run record: mode, threads, cache, predicted and measured epochs;
@@ -155,13 +160,18 @@ class GraphSource(DataSource):
                "inference": self.engine.inference, "sampler_device": str(self.sampler.device),
                "epoch_seconds": [round(s, 3) for s in self.epoch_seconds]}
         if self.plan is not None:
+            c, seeds = self.plan.costs, self.batch_size // self.world
             out.update(prefetch=self.prefetch, objective=self.engine.objective,
-                       memory_limit_gb=self.engine.memory_limit_gb,
+                       memory_limit_gb=self.engine.memory_limit_gb, strategy=self.plan.strategy.name,
                        frontier=[s.to_dict() for s in pareto(self.plan.strategies)],
-                       predicted_peak_mb=round(self.plan.predicted_peak_mb, 1), measured_peak_mb=round(self.peak_mb, 1),
-                       predicted_epoch_seconds=round(self.plan.predicted_epoch_s, 3), auto_reason=self.plan.reason,
-                       profile_ms={"sample": round(1e3 * self.plan.sample_s, 2), "replay": round(1e3 * self.plan.replay_s, 2),
-                                   "model": round(1e3 * self.plan.model_s, 2)})
+                       # the prediction beside the measurement: the training loop (``epoch_seconds``) and
+                       # this process's peak RSS so far
+                       predicted_epoch_seconds=round(self.plan.train_s, 3),
+                       predicted_eval_seconds=round(self.plan.strategy.eval_s, 3),
+                       predicted_peak_mb=round(self._predicted_peak(), 1), measured_peak_mb=round(self.peak_mb, 1),
+                       auto_reason=self.plan.reason,
+                       profile_ms={k: round(1e3 * line.at(seeds), 2) for k, line in (
+                           ("sample", c.sample), ("replay", c.replay), ("model", c.model_t), ("model_1thread", c.model_1t))})
         if self.store is not None:
             out["store"] = str(self.store.folder)
         return out

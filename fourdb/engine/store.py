@@ -308,6 +308,20 @@ def replay_seconds(source, batches: list) -> float:
     return float(np.median(times))
 
 
+def stored_mb(source, batch) -> tuple[float, float]:
+    """Megabytes ``build`` writes for one sampled batch: (its blocks, seed ids and per-row index: slot,
+    cutoff, node id and relative times; its packed feature rows, which a hot tier holding them spares)."""
+    data, lay = source.data, _Layout(source.sampler)
+    meta, edges = lay.pack(batch, None)
+    index, features = meta.nbytes + edges.nbytes + 8 * batch.num_seeds, 0
+    for t, nodes in batch.input_nodes.items():
+        n, f = len(nodes), data.graph.features[t]
+        width = relative_time(data, t, np.zeros(0, np.int64), np.zeros(0, np.int64)).shape[1]
+        index += n * (3 * 8 + 4 * width)
+        features += n * (f.numeric.shape[1] * f.numeric.itemsize + f.categorical.shape[1] * f.categorical.itemsize)
+    return index / 2 ** 20, features / 2 ** 20
+
+
 def build(source, rng, epochs: int, hot_rows: int, folder: Path, key: str) -> None:
     """Sample ``epochs`` epochs from a copy of ``rng`` and write them, manifest last, then rename."""
     data, rng = source.data, copy.deepcopy(rng)

@@ -18,16 +18,31 @@ def to_device(inputs, device):
     return inputs.to(device) if hasattr(inputs, "to") else inputs
 
 
+def with_threads(n: int, fn):
+    """``fn()`` on ``n`` intra-op threads, the setting restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(before)
+
+
 def median_seconds(times: list[float]) -> float:
     """The median, leaving out the first measurement (one-off warm-up) when there are more."""
     return float(np.median(times[1:] if len(times) > 1 else times)) if times else 0.0
 
 
 def measure_steps(module: torch.nn.Module, device, inputs: list, opt: torch.optim.Optimizer | None = None) -> float:
-    """Median seconds of a training step (forward, backward and, given one, the optimizer's step) on
-    each batch of ``inputs``. The random state and the buffers (state a model keeps across batches) are
-    restored afterwards, and without an optimizer the parameters and their gradients are left as they
-    were, so the run it profiles is unchanged."""
+    """Median seconds of a training step on each batch of ``inputs`` (``step_times``)."""
+    return median_seconds(step_times(module, device, inputs, opt))
+
+
+def step_times(module: torch.nn.Module, device, inputs: list, opt: torch.optim.Optimizer | None = None) -> list[float]:
+    """Seconds of a training step (forward, backward and, given one, the optimizer's step) on each batch
+    of ``inputs``. The random state and the buffers (state a model keeps across batches) are restored
+    afterwards, and without an optimizer the parameters and their gradients are left as they were, so
+    the run it profiles is unchanged."""
     device = torch.device(device)
     was_training = module.training
     module.train()
@@ -53,7 +68,25 @@ def measure_steps(module: torch.nn.Module, device, inputs: list, opt: torch.opti
         for b, saved in zip(module.buffers(), buffers):
             b.copy_(saved)
     module.train(was_training)
-    return median_seconds(times)
+    return times
+
+
+@torch.no_grad()
+def forward_times(module: torch.nn.Module, device, inputs: list) -> list[float]:
+    """Seconds of an evaluation forward pass (eval mode, no gradients) on each batch of ``inputs``."""
+    device = torch.device(device)
+    was_training = module.training
+    module.eval()
+    times = []
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        for x in inputs:
+            t = time.perf_counter()
+            module(*to_device(x, device))
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+    module.train(was_training)
+    return times
 
 
 def row_bytes(features: dict) -> float:
@@ -68,6 +101,13 @@ def rss_mb() -> float:
     except ImportError:  # pragma: no cover
         return 0.0
     return psutil.Process().memory_info().rss / 2 ** 20
+
+
+def maxrss_mb() -> float:
+    """This process's peak resident memory so far, in MB (Linux reports KB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 class PeakRSS:
