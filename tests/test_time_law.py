@@ -331,3 +331,28 @@ def test_learned_row_vectors_are_certified(model):
     verdict = record["certify"]
     assert verdict["passed"], verdict.get("first_failure")
     assert len(verdict["checks"]) == 4 and all(c["seeds"] > 0 for c in verdict["checks"])
+
+
+def test_the_link_history_holds_only_rows_known_when_each_window_closed():
+    """A recommendation model's history (popularity, repeat, pair features, ContextGNN's prior) reads each
+    past window as the database stood when it closed: a flight that left in the window but landed after
+    it closed (its row is known at arrival) is not yet a link (ContextGNN's certify on plane-destinations
+    caught the history that had it)."""
+    from fourdb.datasets import load_dataset
+    from fourdb.tasks import load_task
+    from fourdb.tasks.kinds.recommendation import past_links
+
+    db = load_dataset("nycflights13")
+    task = load_task(db, "nycflights13", "plane-destinations")
+    links = past_links(task, db).explode("dst")
+    flights = db.tables["flights"]
+    planes, airports = db.tables["planes"]["tailnum"].to_numpy(), db.tables["airports"]["faa"].to_numpy()
+    seen = pd.DataFrame({"tailnum": planes[links["node"].to_numpy()],
+                         "dest": airports[links["dst"].to_numpy().astype(np.int64)],
+                         "known": links["known"].to_numpy()})
+    joined = seen.merge(flights[["tailnum", "dest", "sched_departure", "arrived_at"]], on=["tailnum", "dest"])
+    window = task.spec.window_delta
+    joined = joined[(joined["sched_departure"] > joined["known"] - window) & (joined["sched_departure"] <= joined["known"])]
+    # every link stands on a flight of its window that had landed by the window's close
+    landed = joined.assign(ok=joined["arrived_at"] <= joined["known"]).groupby(["tailnum", "dest", "known"])["ok"].any()
+    assert len(landed) == len(seen.drop_duplicates()) and landed.all()

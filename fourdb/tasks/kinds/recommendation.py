@@ -63,12 +63,17 @@ def past_links(task, db: Database) -> pd.DataFrame:
     """A recommendation task's links as the database shows them, window by window at every cutoff of
     the task: ``node`` (source row), ``dst`` (destination rows) and ``known`` (when the window closes). A
     model may use a link once it is known: these are the database's past, read with the task's SQL, not
-    the label table (so later test seeds see the weeks after the first test cutoff too). From a table of
-    timed links: every link, known at its time."""
+    the label table (so later test seeds see the weeks after the first test cutoff too). Each window is
+    read on the database as it stood when the window closed: a row known only later (a flight that left
+    in the window and landed after it closed) is not part of it then. From a table of timed links: every
+    link, known at its time."""
     if task.spec.link_table:
         frame = link_queries(task.spec, db)
     else:
-        frame = window_labels(task.spec, db, np.unique(task.frame["cutoff"].to_numpy()))
+        spec, cutoffs = task.spec, np.unique(task.frame["cutoff"].to_numpy())
+        frame = pd.concat([window_labels(spec, db, [])] +
+                          [window_labels(spec, db.as_of(pd.Timestamp(c) + spec.window_delta), [c]) for c in cutoffs],
+                          ignore_index=True)
     frame["node"] = rows_of(db, task.spec.entity_table, frame["entity"])
     frame = destinations(task.spec, db, frame[frame["node"] >= 0].assign(split="links"))
     return frame.rename(columns={"label": "dst", "label_known_at": "known"})[["node", "dst", "known"]]
