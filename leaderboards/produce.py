@@ -404,8 +404,8 @@ def matrix_row(e: str, cells: list[str], budget: dict, link: dict, status: dict)
         if n == len(SEEDS) or not s:
             row.append(str(n) if n or s else "not run")
         else:
-            if s["rc"] == 0:  # it ran, but its records were made with feature settings that have changed since
-                row.append(f"{n}, to be made again (feature settings changed)")
+            if s["rc"] == 0:  # it ran, but its records were archived since: made on inputs that have changed
+                row.append(f"{n}, to be made again (its inputs changed since its records were made)")
                 continue
             why = "timed out" if s["rc"] == "timeout" else failure(s)
             row.append(f"{n}, {why} after {s['seconds']:.0f} s")
