@@ -750,3 +750,21 @@ def test_a_board_shows_its_floor_and_marks_the_models_below_it(tmp_path, base_re
     [t] = aggregate_of(other)
     assert t["floor"] == ("entity_mean", pytest.approx(0.62))
     assert dict(zip(t["frame"]["model"], t["frame"]["floor"])) == {"sage": "", "gbdt": "below floor"}
+
+
+@pytest.mark.parametrize("model", ["lightgbm", "gbdt"])
+def test_a_committed_full_data_record_reproduces_from_the_code(tmp_path, monkeypatch, model):
+    """A cell of the committed full-data board (every training and validation seed), run again from the
+    code with the record's own settings and a cold cache, gives the metrics the board holds."""
+    from fourdb.run import run_experiment
+
+    board = read_board(REPO / "leaderboards" / "synthetic" / "taste.jsonl")
+    record = next(r for r in board if r["model"] == model and r["inputs"] == {"features": "dfs"} and r["seed"] == 0
+                  and r["config"]["max_train_seeds"] is None and r["config"]["max_val_seeds"] is None)
+    monkeypatch.setenv("FOURDB_CACHE", str(tmp_path / "cache"))  # no DFS frame made before this run
+    monkeypatch.chdir(tmp_path)
+    again = run_experiment(config("experiment=synthetic-taste", f"model={model}", "features=dfs", "seed=0",
+                                  "max_train_seeds=null", "max_val_seeds=null", "trainer.progress=false"))
+    assert config_hash(again) == record["config_hash"]
+    for split in ("val", "test"):
+        assert again["metrics"][split] == pytest.approx(record["metrics"][split], rel=0, abs=1e-9)
