@@ -192,6 +192,13 @@ def board_runs() -> list[dict]:
     return list(runs.values())
 
 
+def engine_choices(engine: dict) -> list[str]:
+    """The engine a board run chose (produce.py's larger budgets run graph models with engine=auto and a
+    memory limit)."""
+    limit = engine.get("memory_limit_gb")
+    return [f"engine={engine['name']}", *([f"engine.memory_limit_gb={limit}"] if limit is not None else [])]
+
+
 def test_the_boards_runs_compose_to_the_config_they_recorded():
     """The boards' results depend on the defaults conf/ gives: composing a committed run's choices today
     gives the config it recorded, hash for hash (so its leaderboard row is the same row)."""
@@ -201,8 +208,8 @@ def test_the_boards_runs_compose_to_the_config_they_recorded():
         c = r["config"]
         composed = config(f"experiment={r['dataset']}-{r['task']}", f"model={r['model']}",
                           f"features={c['features']['name']}", f"graph={c['graph']['name']}", f"seed={r['seed']}",
-                          f"max_train_seeds={c['max_train_seeds']}", f"max_val_seeds={c['max_val_seeds']}",
-                          "trainer.progress=false")
+                          *(f"{k}={'null' if c[k] is None else c[k]}" for k in ("max_train_seeds", "max_val_seeds")),
+                          *engine_choices(c["engine"]), "trainer.progress=false")
         assert OmegaConf.to_container(composed, resolve=True) == c, (r["dataset"], r["task"], r["model"])
         assert config_hash({"config": OmegaConf.to_container(composed, resolve=True)}) == r["config_hash"]
 
