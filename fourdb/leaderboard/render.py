@@ -160,10 +160,14 @@ def aggregate(records: list[dict]) -> list[dict]:
     dataset, task = first["dataset"], first["task"]
     current = _spec_hash(first)
     shown = [r for r in records if _spec_hash(r) in (None, r["task_spec_hash"])]
-    # the newest record's splits stand for today's task; records scored on other splits are of an earlier version
-    if made := [r for r in shown if not r.get("external")]:
-        newest = max(made, key=lambda r: r.get("submitted_at") or "")
-        shown = [r for r in shown if same_splits(r, newest)]
+    # per protocol and root, the newest record's splits stand for today's task; records scored on other splits
+    # are of an earlier version (another protocol is another database, with splits of its own)
+    newest: dict[tuple, dict] = {}
+    for r in shown:
+        key = (protocol_label(r), r.get(ROOT_FIELD, ""))
+        if not r.get("external") and (r.get("submitted_at") or "") >= (newest.get(key, {}).get("submitted_at") or ""):
+            newest[key] = r
+    shown = [r for r in shown if same_splits(r, newest.get((protocol_label(r), r.get(ROOT_FIELD, "")), r))]
     stale = len(records) - len(shown)
     roots = any(ROOT_FIELD in r for r in records)
     groups: dict[tuple, list[dict]] = {}
