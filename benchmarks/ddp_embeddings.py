@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -75,14 +74,10 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     ddp.shutdown()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> None:
     import torch.multiprocessing as mp
+
+    from fourdb.engine.ddp import free_port
 
     out = Path(tempfile.mkdtemp(prefix="fourdb-emb-bench-")) / "results.json"
     mp.spawn(worker, args=(2, free_port(), str(out)), nprocs=2, join=True)

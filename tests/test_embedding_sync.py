@@ -1,12 +1,12 @@
 """Learned row vectors under data-parallel training: the dense all-reduce, the sparse exchange and the
 tiered one (FEC) take the same steps on 2 gloo processes, bit for bit; the sparse ones send fewer bytes."""
-import socket
 
 import pytest
 import torch
 
 from fourdb.contracts import RowEmbeddings
 from fourdb.engine import embedding_sync
+from fourdb.engine.ddp import free_port
 from fourdb.engine.embedding_sync import EmbeddingSync, embedding_tables, hot_threshold
 
 STEPS = embedding_sync.PROFILE_STEPS + 5  # past the profile: the tiered sync has chosen its hot tier
@@ -71,12 +71,6 @@ def worker(rank: int, world: int, folder: str, port: int) -> None:
     torch.save(out, f"{folder}/rank{rank}.pt")
     dist.barrier()
     dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

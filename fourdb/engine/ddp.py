@@ -28,6 +28,7 @@ import logging
 import os
 import pickle
 import secrets
+import socket
 import time
 import warnings
 from dataclasses import dataclass
@@ -82,6 +83,13 @@ def context() -> Context:
         return Context(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)),
                        dist.get_backend())
     return Context()
+
+
+def free_port() -> int:
+    """A TCP port on the loopback nothing listens on now, for processes started outside torchrun."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def init(backend: str = "auto") -> Context:
