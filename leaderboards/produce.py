@@ -209,19 +209,39 @@ def archive_stale(experiment: str, cell: str) -> int:
     return archive(experiment, lambda r: of_cell(r, experiment, cell) and stale(r, cell))
 
 
-def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
-    """Seeds of this cell already on the board, made with this budget and today's feature settings."""
+def board_records(experiment: str) -> list[dict]:
     dataset, task = experiment_task(experiment)
     board = ROOT / "leaderboards" / dataset / f"{task}.jsonl"
-    seeds = set()
-    if board.exists():
-        for line in board.read_text().splitlines():
-            r = json.loads(line)
-            cfg = r.get("config") or {}
-            if (of_cell(r, experiment, cell) and not stale(r, cell)
-                    and all(cfg.get(k) == v for k, v in budget.items())):
-                seeds.add(r["seed"])
-    return seeds
+    return [json.loads(line) for line in board.read_text().splitlines()] if board.exists() else []
+
+
+def cell_runs(experiment: str, cell: str, budget: dict) -> list[dict]:
+    """The board's records of this cell made with this budget (stale ones included)."""
+    return [r for r in board_records(experiment) if of_cell(r, experiment, cell)
+            and all((r.get("config") or {}).get(k) == v for k, v in budget.items())]
+
+
+def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
+    """Seeds of this cell already on the board, made with this budget and today's feature settings."""
+    return {r["seed"] for r in cell_runs(experiment, cell, budget) if not stale(r, cell)}
+
+
+def run_logged(args: list[str], log: Path, timeout_s: float, env: dict) -> int | str:
+    """A fourdb command's return code (or "timeout"), its output in ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        try:
+            return subprocess.run(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout_s,
+                                  start_new_session=True).returncode
+        except subprocess.TimeoutExpired:
+            return "timeout"
+
+
+def fourdb_env(jobs: int = 1) -> dict:
+    env = {**os.environ, "DGLBACKEND": "pytorch", "PYTHONWARNINGS": "ignore"}
+    if jobs > 1:  # cells share the cores: one thread each
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return env
 
 
 def budget_overrides(budget: dict) -> list[str]:
@@ -241,19 +261,10 @@ def run_cell(experiment: str, cell: str, budget: dict, jobs: int, timeout_s: flo
     args = [sys.executable, "-m", "fourdb.cli", "run", "-m", f"experiment={experiment}", *overrides(cell),
             f"seed={','.join(map(str, seeds))}", *budget_overrides(budget), *extra, "trainer.progress=false",
             f"hydra.sweep.dir={sweep}"]
-    env = {**os.environ, "DGLBACKEND": "pytorch", "PYTHONWARNINGS": "ignore"}
-    if jobs > 1:  # cells share the cores: one thread each
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = fourdb_env(jobs)
     start = time.time()
     log = sweep.with_suffix(".log")
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as out:
-        try:
-            p = subprocess.run(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout_s,
-                               start_new_session=True)
-            rc = p.returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
+    rc = run_logged(args, log, timeout_s, env)
     seconds = round(time.time() - start, 1)
     submitted = None
     if sweep.exists() and any(sweep.rglob("record.json")):
@@ -269,15 +280,8 @@ def run_cell(experiment: str, cell: str, budget: dict, jobs: int, timeout_s: flo
     return status
 
 
-def board_records(experiment: str) -> list[dict]:
-    dataset, task = experiment_task(experiment)
-    board = ROOT / "leaderboards" / dataset / f"{task}.jsonl"
-    return [json.loads(line) for line in board.read_text().splitlines()] if board.exists() else []
-
-
 def small_budget_runs(experiment: str, cell: str) -> list[dict]:
-    return [r for r in board_records(experiment) if of_cell(r, experiment, cell) and not stale(r, cell)
-            and all((r.get("config") or {}).get(k) == v for k, v in BUDGET.items())]
+    return [r for r in cell_runs(experiment, cell, BUDGET) if not stale(r, cell)]
 
 
 def best_by_validation(experiment: str, candidates: list[str]) -> str | None:
@@ -339,8 +343,7 @@ def run_large_cell(experiment: str, cell: str, budget_name: str) -> dict:
           + (f"{estimate / 60:.1f} min per run" if estimate else "(no small-budget run to scale)"), flush=True)
     extra = tuple(LARGE_GRAPH_OVERRIDES) if "graph" in cell_inputs(cell)[1] else ()
     status = run_cell(experiment, cell, budget, 1, STOP_S, seeds=(0,), extra=extra)
-    first = [r for r in board_records(experiment) if of_cell(r, experiment, cell) and r["seed"] == 0
-             and all((r.get("config") or {}).get(k) == v for k, v in budget.items())]
+    first = [r for r in cell_runs(experiment, cell, budget) if r["seed"] == 0]
     run_s = first[0]["wall_seconds"] if first else None
     if run_s is not None and run_s <= RUN_LIMIT_S:
         more = run_cell(experiment, cell, budget, 1, 3 * STOP_S, seeds=SEEDS, extra=extra)
@@ -354,10 +357,8 @@ def run_large_cell(experiment: str, cell: str, budget_name: str) -> dict:
 
 def certified(experiment: str, cell: str, budget: dict) -> dict | None:
     """The verdict of `fourdb certify` on the cell's board record of seed 0, if it was run."""
-    for r in board_records(experiment):
-        cfg = r.get("config") or {}
-        if (of_cell(r, experiment, cell) and r["seed"] == 0 and not stale(r, cell)
-                and all(cfg.get(k) == v for k, v in budget.items()) and isinstance(r.get("certify"), dict)):
+    for r in cell_runs(experiment, cell, budget):
+        if r["seed"] == 0 and not stale(r, cell) and isinstance(r.get("certify"), dict):
             return r["certify"]
     return None
 
@@ -365,21 +366,14 @@ def certified(experiment: str, cell: str, budget: dict) -> dict | None:
 def certify_cell(experiment: str, cell: str, budget: dict, timeout_s: float) -> dict:
     """Makes seed 0 of the cell again with certify on; its record replaces the board's (archived), and the two
     test metrics are printed side by side: the rerun must reproduce the board."""
-    old = [r for r in board_records(experiment) if of_cell(r, experiment, cell) and r["seed"] == 0
-           and all((r.get("config") or {}).get(k) == v for k, v in budget.items())]
+    old = [r for r in cell_runs(experiment, cell, budget) if r["seed"] == 0]
     out = ROOT / "multirun" / "certify" / experiment / cell.replace(":", "_")
     args = [sys.executable, "-m", "fourdb.cli", "certify", f"experiment={experiment}", *overrides(cell), "seed=0",
             *budget_overrides(budget), "trainer.progress=false", f"hydra.run.dir={out}"]
-    env = {**os.environ, "DGLBACKEND": "pytorch", "PYTHONWARNINGS": "ignore"}
+    env = fourdb_env()
     start = time.time()
     shutil.rmtree(out, ignore_errors=True)  # a record left by an earlier try is not this run's
-    out.mkdir(parents=True)
-    with open(out.with_suffix(".log"), "w") as log:
-        try:
-            rc = subprocess.run(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s,
-                                start_new_session=True).returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
+    rc = run_logged(args, out.with_suffix(".log"), timeout_s, env)
     status = {"experiment": experiment, "cell": cell, "rc": rc, "seconds": round(time.time() - start, 1)}
     if (out / "record.json").exists():
         new = json.loads((out / "record.json").read_text())
