@@ -473,7 +473,8 @@ def test_the_candidate_protocol_equals_4dbinfers_mrr_from_its_files(tmp_path, mo
 
 def test_a_pair_table_filled_a_block_at_a_time_is_its_parts_rows_side_by_side(monkeypatch):
     """A pair table is filled in place, a few pairs at a time (here 7): each pair's row is its seed's row,
-    its candidate's row and its own history row, as gathering and concatenating them gives."""
+    its candidate's row and its own history row, as gathering and concatenating them gives, with the columns
+    each part keeps."""
     from fourdb.features import pairs
     from fourdb.columns import EncodedTable
 
@@ -485,12 +486,45 @@ def test_a_pair_table_filled_a_block_at_a_time_is_its_parts_rows_side_by_side(mo
                             [f"{name}c{i}" for i in range(categorical)])
 
     source, dest, history = table(30, 4, 2, "s"), table(12, 3, 0, "d"), table(50, 5, 1, "h")
+    keep = [(np.array([1, 0, 1, 1], bool), np.array([1, 1], bool)), (np.ones(3, bool), np.zeros(0, bool)),
+            (np.array([0, 1, 1, 1, 1], bool), np.array([1], bool))]
     seed, where = rng.integers(0, 30, 50), rng.integers(0, 12, 50)
     monkeypatch.setattr(pairs, "_BLOCK_ROWS", 7)
-    got = pairs._side_by_side([(source, seed, "source."), (dest, where, "destination."), (history, None, "")])
+    got = pairs._side_by_side([(source, seed, "source.", keep[0]), (dest, where, "destination.", keep[1]),
+                               (history, None, "", keep[2])])
     parts = [(source, seed), (dest, where), (history, np.arange(50))]
-    np.testing.assert_array_equal(got.numeric, np.concatenate([t.numeric[r] for t, r in parts], 1))
-    np.testing.assert_array_equal(got.categorical, np.concatenate([t.categorical[r] for t, r in parts], 1))
+    np.testing.assert_array_equal(got.numeric, np.concatenate([t.numeric[r][:, k[0]] for (t, r), k in zip(parts, keep)], 1))
+    np.testing.assert_array_equal(got.categorical,
+                                  np.concatenate([t.categorical[r][:, k[1]] for (t, r), k in zip(parts, keep)], 1))
     assert got.numeric.dtype == np.float32 and got.cardinalities == [9, 9, 9]
-    assert got.numeric_names[:5] == ["source.s0", "source.s1", "source.s2", "source.s3", "destination.d0"]
+    assert got.numeric_names[:4] == ["source.s0", "source.s2", "source.s3", "destination.d0"]
+    assert got.numeric_names[-4:] == ["h1", "h2", "h3", "h4"]
     assert got.categorical_names == ["source.sc0", "source.sc1", "hc0"]
+
+
+def test_a_column_with_one_value_on_every_training_pair_is_left_out_of_every_split(monkeypatch):
+    """Constant, never present, or one value with missing rows: which columns vary is judged on the rows the
+    training pairs read (not the others), a block at a time; the pair tables of every split keep the same columns."""
+    from fourdb.features import pairs
+    from fourdb.columns import EncodedTable
+
+    nan = np.nan
+    numeric = np.array([[1, nan, 5, 2, 0], [1, nan, nan, 3, 0], [1, nan, 5, 2, 0], [1, nan, 5, 2, 9]], np.float32)
+    codes = np.array([[3, 1], [3, 2], [3, 1], [4, 1]])
+    table = EncodedTable(numeric, codes, [5, 3], list("abcde"), ["k", "m"])
+    monkeypatch.setattr(pairs, "_BLOCK_ROWS", 2)
+    varies, codes_vary = pairs._varying(table, np.array([2, 0, 1, 0]))  # row 3 is read by no training pair
+    assert varies.tolist() == [False, False, True, True, False] and codes_vary.tolist() == [False, True]
+    assert [m.tolist() for m in pairs._varying(table, None)] == [[False, False, True, True, True], [True, True]]
+
+    cfg = config("dataset=browsing", "dataset.params.size=150", "task=next-views", "model=gbdt", "features=dfs",
+                 "max_train_seeds=300", "max_val_seeds=200")
+    from fourdb.inputs import run_inputs
+    from fourdb.prepare import prepare_run
+
+    run = prepare_run(cfg)
+    data, _ = run_inputs(cfg, run.db, run.task, run.splits, "pairs")
+    train = data.pairs.features["train"]
+    assert all(data.pairs.features[s].numeric_names == train.numeric_names for s in ("val", "test"))
+    assert (pd.DataFrame(train.numeric).nunique(dropna=False) > 1).all() and len(train.numeric_names) > 20
+    assert (pd.DataFrame(train.categorical).nunique() > 1).all()

