@@ -17,8 +17,11 @@ install: $(STAMP)
 run: $(STAMP)
 	DGLBACKEND=pytorch $(BIN)/fourdb run -m experiment=default
 
+# One test process per core (TEST_WORKERS=1 for a single process); each runs torch on one thread, since
+# two processes with a thread per core each would contend for the same cores. The slowest cases are listed.
+TEST_WORKERS ?= auto
 test: $(STAMP) docs
-	DGLBACKEND=pytorch $(BIN)/python -m pytest -q
+	DGLBACKEND=pytorch OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 # The documentation site (mkdocs.yml, docs/) into site/; --strict fails on a broken link or anchor, or a page
 # left out of the nav. `make test` builds it first.
