@@ -439,7 +439,8 @@ def large_section(budget_name: str, experiments: list[str], link: dict, status: 
             peak = s.get("peak_memory_mb")
             rows.append(f"| {e} | {c} | {n} | {f'{run_s / 60:.1f}' if run_s else '-'} | "
                         f"{f'{est / 60:.1f}' if est else '-'} | {f'{peak / 1024:.1f}' if peak else '-'} | {note} |")
-    if not rows:
+    covered = [e for e in experiments if full_data_is_this_point(e, budget_name)]
+    if not rows and not covered:
         return []
     seeds = "every training and validation seed" if budget["max_train_seeds"] is None else \
         ", ".join(f"{k}={v}" for k, v in budget.items())
@@ -448,6 +449,8 @@ def large_section(budget_name: str, experiments: list[str], link: dict, status: 
             f"3 seeds where one run fits in {RUN_LIMIT_S / 60:.0f} min, else seed 0 alone; a run is stopped after "
             f"{STOP_S / 60:.0f} min. Minutes per run: seed 0's wall time, beside the estimate printed before the "
             f"cell started (the small budget's run scaled by training seeds). These cells took {hours:.1f} hours.",
+            *(["", f"Not run on this budget: {', '.join(covered)}. Each has {budget['max_train_seeds']:,} training seeds or "
+               "fewer, so its full-data board is this point of the learning curve."] if covered else []),
             "", "| task | cell | seeds | min per run | estimated | peak GB | note |", "|---|---|---|---|---|---|---|", *rows]
 
 
@@ -498,12 +501,21 @@ def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
     (ROOT / "leaderboards" / "MATRIX.md").write_text("\n".join(lines) + "\n")
 
 
+def full_data_is_this_point(experiment: str, budget_name: str) -> bool:
+    """Whether a capped budget's cap is at least the task's training seeds: it would train on every one, the
+    full-data board's runs are this point of the learning curve, and the budget runs nothing of its own."""
+    cap = BUDGETS[budget_name]["max_train_seeds"]
+    return cap is not None and task_splits(experiment).get("train", 0) <= cap
+
+
 def large_todo(budget_name: str, experiments: list[str], link: dict) -> list[tuple[str, str]]:
     """Headline cells still missing seeds on the budget, cheapest first (so a short pass covers the most), less
     those already settled: seed 0 alone where one run takes longer than RUN_LIMIT_S, or stopped at STOP_S."""
     budget, status = BUDGETS[budget_name], load_status()
     todo = []
     for e in experiments:
+        if full_data_is_this_point(e, budget_name):
+            continue
         for c in headline_cells(e, link):
             done = done_seeds(e, c, budget)
             last = status.get(status_key(budget_name, e, c)) or {}

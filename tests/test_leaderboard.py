@@ -774,3 +774,23 @@ def test_a_committed_full_data_record_reproduces_from_the_code(tmp_path, monkeyp
     assert config_hash(again) == record["config_hash"]
     for split in ("val", "test"):
         assert again["metrics"][split] == pytest.approx(record["metrics"][split], rel=0, abs=1e-9)
+
+
+def test_a_capped_budget_runs_nothing_on_a_task_whose_training_split_fits_under_its_cap(monkeypatch):
+    """30,000 training seeds on a task of 26,770 is the full-data run again: produce.py leaves it to the full
+    board (the learning curve's point at that size) and runs the 30k cells of larger tasks only."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("produce", REPO / "leaderboards" / "produce.py")
+    produce = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(produce)
+    sizes = {"small-one": 26770, "edge-one": 30000, "large-one": 273110}
+    monkeypatch.setattr(produce, "task_splits", lambda e: {"train": sizes[e], "val": 10, "test": 10})
+    monkeypatch.setattr(produce, "headline_cells", lambda e, link: ["gbdt:dfs"])
+    monkeypatch.setattr(produce, "done_seeds", lambda e, c, budget: set())
+    monkeypatch.setattr(produce, "estimate_s", lambda e, c, budget: 1.0)
+    monkeypatch.setattr(produce, "load_status", dict)
+    assert produce.large_todo("30k", list(sizes), {}) == [("large-one", "gbdt:dfs")]
+    assert produce.large_todo("full", list(sizes), {}) == [(e, "gbdt:dfs") for e in sizes]
+    section = "\n".join(produce.large_section("30k", list(sizes), {}, {}))
+    assert "Not run on this budget: small-one, edge-one" in section
