@@ -624,6 +624,11 @@ def test_learning_curves_plot_each_method_across_budgets_and_say_where_the_order
     assert set(points["method"]) == {"A (single_table)", "B (single_table)"}
     a = points[points["method"] == "A (single_table)"]
     assert list(a["train_seeds"]) == [50, 500] and list(a["test_mean"]) == pytest.approx([0.81, 0.83])
+    # a middle budget run for B alone: the swap of A and B between the outer budgets is still reported
+    submit(tmp_path, at("B", 200, 0.85, 0))
+    readme = render(tmp_path).read_text()
+    assert ("- synthetic/taste: train 50 / val 30 seeds: A (single_table) > B (single_table); train 200 / val 30 "
+            "seeds: B (single_table); train 500 / val 30 seeds: B (single_table) > A (single_table)") in readme
 
 
 def test_a_budget_is_its_own_board_and_its_own_average_rank(tmp_path, base_record):

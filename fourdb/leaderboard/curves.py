@@ -29,20 +29,19 @@ def curve_points(tables: list[dict]) -> pd.DataFrame:
 
 
 def order_changes(points: pd.DataFrame, metric: str) -> list[str]:
-    """Per budget, the methods every curve budget has, best first, when the order differs between budgets."""
+    """Per budget, its curve methods best first, when two methods both budgets of some pair have swap places
+    between them (a budget run for only some methods still shows a swap it sees)."""
+    from itertools import combinations
+
     if points.empty:
         return []
     budgets = points.groupby("budget")["train_seeds"].max().sort_values().index
-    common = set.intersection(*(set(points.loc[points["budget"] == b, "method"]) for b in budgets))
-    if len(common) < 2:
-        return []
-    orders = {}
-    for b in budgets:
-        part = points[(points["budget"] == b) & points["method"].isin(common)]
-        orders[b] = list(part.sort_values("test_mean", ascending=not higher_is_better(metric))["method"])
-    if len({tuple(o) for o in orders.values()}) == 1:
-        return []
-    return [f"{b}: {' > '.join(o)}" for b, o in orders.items()]
+    orders = {b: list(points[points["budget"] == b].sort_values("test_mean", ascending=not higher_is_better(metric))
+                      ["method"]) for b in budgets}
+    rank = {b: {m: i for i, m in enumerate(o)} for b, o in orders.items()}
+    swapped = any((rank[x][m] < rank[x][n]) != (rank[y][m] < rank[y][n])
+                  for x, y in combinations(budgets, 2) for m, n in combinations(sorted(rank[x].keys() & rank[y].keys()), 2))
+    return [f"{b}: {' > '.join(o)}" for b, o in orders.items()] if swapped else []
 
 
 def plot_curve(points: pd.DataFrame, title: str, metric: str) -> bytes:
