@@ -335,13 +335,18 @@ def status_key(budget_name: str, experiment: str, cell: str) -> str:
     return f"{experiment} {cell}" if budget_name == "small" else f"{budget_name} {experiment} {cell}"
 
 
+def large_budget_overrides(cell: str) -> tuple[str, ...]:
+    """What a cell's runs add on the larger budgets beside the budget itself."""
+    return tuple(LARGE_GRAPH_OVERRIDES) if "graph" in cell_inputs(cell)[1] else ()
+
+
 def run_large_cell(experiment: str, cell: str, budget_name: str) -> dict:
     """A headline cell on a larger budget: seed 0, then seeds 1 and 2 where one run fits in RUN_LIMIT_S."""
     budget = BUDGETS[budget_name]
     estimate = estimate_s(experiment, cell, budget)
     print(f"{budget_name} {experiment} {cell}: estimated "
           + (f"{estimate / 60:.1f} min per run" if estimate else "(no small-budget run to scale)"), flush=True)
-    extra = tuple(LARGE_GRAPH_OVERRIDES) if "graph" in cell_inputs(cell)[1] else ()
+    extra = large_budget_overrides(cell)
     status = run_cell(experiment, cell, budget, 1, STOP_S, seeds=(0,), extra=extra)
     first = [r for r in cell_runs(experiment, cell, budget) if r["seed"] == 0]
     run_s = first[0]["wall_seconds"] if first else None
@@ -449,8 +454,8 @@ def large_section(budget_name: str, experiments: list[str], link: dict, status: 
             f"3 seeds where one run fits in {RUN_LIMIT_S / 60:.0f} min, else seed 0 alone; a run is stopped after "
             f"{STOP_S / 60:.0f} min. Minutes per run: seed 0's wall time, beside the estimate printed before the "
             f"cell started (the small budget's run scaled by training seeds). These cells took {hours:.1f} hours.",
-            *(["", f"Not run on this budget: {', '.join(covered)}. Each has {budget['max_train_seeds']:,} training seeds or "
-               "fewer, so its full-data board is this point of the learning curve."] if covered else []),
+            *(["", f"Not run on this budget: {', '.join(covered)}. Each has {budget['max_train_seeds']:,} training "
+               "seeds or fewer, so its full-data board is this point of the learning curve."] if covered else []),
             "", "| task | cell | seeds | min per run | estimated | peak GB | note |", "|---|---|---|---|---|---|---|", *rows]
 
 

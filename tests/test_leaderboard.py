@@ -757,25 +757,31 @@ def test_a_board_shows_its_floor_and_marks_the_models_below_it(tmp_path, base_re
     assert dict(zip(t["frame"]["model"], t["frame"]["floor"])) == {"sage": "", "gbdt": "below floor"}
 
 
-@pytest.mark.parametrize("model, inputs", [("lightgbm", {"features": "dfs"}), ("gbdt", {"features": "dfs"}),
-                                           ("sage", {"graph": "r2n"})])
-def test_a_committed_full_data_record_reproduces_from_the_code(tmp_path, monkeypatch, model, inputs):
+def load_produce():
+    """leaderboards/produce.py as a module (a script, not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("produce", REPO / "leaderboards" / "produce.py")
+    produce = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(produce)
+    return produce
+
+
+@pytest.mark.parametrize("cell", ["lightgbm:dfs", "gbdt:dfs", "sage:r2n"])
+def test_a_committed_full_data_record_reproduces_from_the_code(tmp_path, monkeypatch, cell):
     """A cell of the committed full-data board (every training and validation seed), run again from the
-    code with the record's own settings and a cold cache, gives the metrics the board holds: a DFS cell
-    and a GNN cell, whose sampling, engine pick and training must all repeat."""
+    code with the overrides produce.py ran it with and a cold cache, gives the metrics the board holds: DFS
+    cells and a GNN cell, whose sampling, engine pick and training must all repeat."""
     from fourdb.run import run_experiment
 
-    board = read_board(REPO / "leaderboards" / "synthetic" / "taste.jsonl")
-    record = next(r for r in board if r["model"] == model and r["seed"] == 0
-                  and all(r["inputs"].get(k) == v for k, v in inputs.items())
-                  and r["config"]["max_train_seeds"] is None and r["config"]["max_val_seeds"] is None)
+    produce = load_produce()
+    full = produce.BUDGETS["full"]
+    record = next(r for r in produce.cell_runs("synthetic-taste", cell, full) if r["seed"] == 0)
     monkeypatch.setenv("FOURDB_CACHE", str(tmp_path / "cache"))  # no DFS frame or graph made before this run
     monkeypatch.chdir(tmp_path)
-    chosen = [f"{k}={v}" for k, v in inputs.items()]
-    if "graph" in inputs:  # what produce.py adds to a GNN's run on the larger budgets
-        chosen += ["engine=auto", "engine.memory_limit_gb=10"]
-    again = run_experiment(config("experiment=synthetic-taste", f"model={model}", *chosen, "seed=0",
-                                  "max_train_seeds=null", "max_val_seeds=null", "trainer.progress=false"))
+    again = run_experiment(config("experiment=synthetic-taste", *produce.overrides(cell), "seed=0",
+                                  *produce.budget_overrides(full), *produce.large_budget_overrides(cell),
+                                  "trainer.progress=false"))
     assert config_hash(again) == record["config_hash"]
     for split in ("val", "test"):
         assert again["metrics"][split] == pytest.approx(record["metrics"][split], rel=0, abs=1e-9)
@@ -784,11 +790,7 @@ def test_a_committed_full_data_record_reproduces_from_the_code(tmp_path, monkeyp
 def test_a_capped_budget_runs_nothing_on_a_task_whose_training_split_fits_under_its_cap(monkeypatch):
     """30,000 training seeds on a task of 26,770 is the full-data run again: produce.py leaves it to the full
     board (the learning curve's point at that size) and runs the 30k cells of larger tasks only."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("produce", REPO / "leaderboards" / "produce.py")
-    produce = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(produce)
+    produce = load_produce()
     sizes = {"small-one": 26770, "edge-one": 30000, "large-one": 273110}
     monkeypatch.setattr(produce, "task_splits", lambda e: {"train": sizes[e], "val": 10, "test": 10})
     monkeypatch.setattr(produce, "headline_cells", lambda e, link: ["gbdt:dfs"])

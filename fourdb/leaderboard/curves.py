@@ -29,8 +29,8 @@ def curve_points(tables: list[dict]) -> pd.DataFrame:
 
 
 def order_changes(points: pd.DataFrame, metric: str) -> list[str]:
-    """Per budget, its curve methods best first, when two methods both budgets of some pair have swap places
-    between them (a budget run for only some methods still shows a swap it sees)."""
+    """Per budget, its curve methods best first, when two methods swap places between two budgets that both
+    ran them (so a budget run for only some of the methods cannot hide a swap between the others)."""
     from itertools import combinations
 
     if points.empty:
@@ -40,7 +40,7 @@ def order_changes(points: pd.DataFrame, metric: str) -> list[str]:
                       ["method"]) for b in budgets}
     rank = {b: {m: i for i, m in enumerate(o)} for b, o in orders.items()}
     swapped = any((rank[x][m] < rank[x][n]) != (rank[y][m] < rank[y][n])
-                  for x, y in combinations(budgets, 2) for m, n in combinations(sorted(rank[x].keys() & rank[y].keys()), 2))
+                  for x, y in combinations(budgets, 2) for m, n in combinations(rank[x].keys() & rank[y].keys(), 2))
     return [f"{b}: {' > '.join(o)}" for b, o in orders.items()] if swapped else []
 
 

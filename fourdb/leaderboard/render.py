@@ -540,7 +540,7 @@ def curves_section(tables: list[dict], plots: Path, written: set) -> list[str]:
         return []
     lines = ["## Learning curves", "",
              "Each method (its best setting by validation) on every budget it ran, at the training seeds it used: "
-             "test mean ± std over seeds. Where the budget changes the order of the methods every budget has, "
+             "test mean ± std over seeds. Where two methods swap places between two budgets that both ran them, "
              "the order is listed per budget (best first). A task whose training split is no larger than a budget's "
              "cap has no run of its own on that budget: its full-data run is that point.", ""]
     for family in BOARDS:
