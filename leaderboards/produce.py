@@ -248,12 +248,26 @@ def budget_overrides(budget: dict) -> list[str]:
     return [f"{k}={'null' if v is None else v}" for k, v in budget.items()]
 
 
+def submit_leftovers(cell: str, budget: dict, sweep: Path) -> int:
+    """Puts on the board the records a stopped pass left in the cell's sweep folder: the seeds it finished
+    before the stop count as made. Records of another budget, or made on inputs that have changed since, stay
+    off. Returns how many were added."""
+    from fourdb.leaderboard.store import find_records, submit_records
+
+    if not (sweep.is_dir() and any(sweep.rglob("record.json"))):
+        return 0
+    fresh = [(str(f), r) for f, r in find_records([sweep]) if not stale(r, cell)
+             and all((r.get("config") or {}).get(k) == v for k, v in budget.items())]
+    return len(submit_records(fresh, ROOT / "leaderboards", skip_duplicates=True, progress=False).added) if fresh else 0
+
+
 def run_cell(experiment: str, cell: str, budget: dict, jobs: int, timeout_s: float, seeds=SEEDS,
              extra: tuple[str, ...] = ()) -> dict:
     """Runs the cell's ``seeds`` not yet on the board (all three on a fresh board)."""
-    archive_stale(experiment, cell)
     name = next(k for k, v in BUDGETS.items() if v == budget)
     sweep = ROOT / "multirun" / "leaderboard" / ("" if name == "small" else name) / experiment / cell.replace(":", "_")
+    submit_leftovers(cell, budget, sweep)
+    archive_stale(experiment, cell)
     seeds = [s for s in seeds if s not in done_seeds(experiment, cell, budget)]
     if not seeds:  # another pass made it meanwhile
         return {"experiment": experiment, "cell": cell, "rc": 0, "seconds": 0.0, "submitted": "already on the board",

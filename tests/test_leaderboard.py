@@ -801,3 +801,34 @@ def test_a_capped_budget_runs_nothing_on_a_task_whose_training_split_fits_under_
     assert produce.large_todo("full", list(sizes), {}) == [(e, "gbdt:dfs") for e in sizes]
     section = "\n".join(produce.large_section("30k", list(sizes), {}, {}))
     assert "Not run on this budget: small-one, edge-one" in section
+
+
+def test_seeds_a_stopped_pass_finished_reach_the_board_on_the_next_pass(tmp_path, monkeypatch):
+    """A pass stopped inside a cell leaves the records of the seeds it finished in the cell's sweep folder:
+    the next pass puts them on the board instead of running them again, and leaves off one of another
+    budget and one made on other splits than today's task has."""
+    produce = load_produce()
+    full = produce.BUDGETS["full"]
+    cell = "lightgbm:dfs"
+    records = sorted(produce.cell_runs("synthetic-taste", cell, full), key=lambda r: r["seed"])
+    assert [r["seed"] for r in records] == [0, 1, 2]
+    monkeypatch.setattr(produce, "ROOT", tmp_path)
+    monkeypatch.delenv("FOURDB_LEADERBOARDS", raising=False)
+    board = tmp_path / "leaderboards" / "synthetic" / "taste.jsonl"
+    board.parent.mkdir(parents=True)
+    board.write_text(json.dumps(records[0]) + "\n")
+    sweep = tmp_path / "multirun" / "leaderboard" / "full" / "synthetic-taste" / "lightgbm_dfs"
+    other_budget = {**records[2], "config": {**records[2]["config"], "max_train_seeds": 30000}}
+    other_splits = {**records[2], "num_seeds_available": {**records[2]["num_seeds_available"], "train": 1}}
+    for folder, record in {"0": records[1], "1": other_budget, "2": other_splits}.items():
+        (sweep / folder).mkdir(parents=True)
+        (sweep / folder / "record.json").write_text(json.dumps(record))
+
+    def no_run(*args):
+        raise AssertionError("a seed the stopped pass finished was run again")
+
+    monkeypatch.setattr(produce, "run_logged", no_run)
+    status = produce.run_cell("synthetic-taste", cell, full, 1, 60, seeds=(0, 1))
+    assert status["submitted"] == "already on the board"
+    assert sorted(r["seed"] for r in produce.cell_runs("synthetic-taste", cell, full)) == [0, 1]
+    assert produce.done_seeds("synthetic-taste", cell, full) == {0, 1}
