@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -832,3 +833,53 @@ def test_seeds_a_stopped_pass_finished_reach_the_board_on_the_next_pass(tmp_path
     assert status["submitted"] == "already on the board"
     assert sorted(r["seed"] for r in produce.cell_runs("synthetic-taste", cell, full)) == [0, 1]
     assert produce.done_seeds("synthetic-taste", cell, full) == {0, 1}
+
+
+def test_jobs_run_larger_budget_cells_side_by_side_but_one_full_data_dfs_cell_at_a_time(monkeypatch):
+    """`--jobs 2` on the full budget runs two cells at once, except DFS cells, each of which holds its
+    database's whole feature table (10 to 15 GB): those run one at a time. On a capped budget their table
+    is small, and they run side by side too."""
+    import types
+
+    produce = load_produce()
+    active, most = [], {"dfs": 0}
+    guard = threading.Lock()
+    graphs_meet = threading.Barrier(2, timeout=30)
+
+    def fake_run(e, c, budget_name, jobs):
+        assert jobs == 2
+        with guard:
+            active.append(c)
+            most["dfs"] = max(most["dfs"], sum(a.endswith(":dfs") for a in active))
+        if c.startswith("sage"):
+            graphs_meet.wait()  # fails unless the two graph cells run at the same time
+        else:
+            time.sleep(0.3)
+        with guard:
+            active.remove(c)
+        return {"experiment": e, "cell": c, "rc": 0}
+
+    saved = []
+    monkeypatch.setattr(produce, "large_todo", lambda *a: [("t", "gbdt:dfs"), ("t", "lightgbm:dfs"),
+                                                           ("t", "sage:r2n"), ("t", "sage:r2ne")])
+    monkeypatch.setattr(produce, "run_large_cell", fake_run)
+    monkeypatch.setattr(produce, "save_status", lambda key, value: saved.append(key))
+    monkeypatch.setattr(produce, "write_matrix", lambda *a: None)
+    monkeypatch.setattr(produce, "subprocess", types.SimpleNamespace(run=lambda *a, **k: None))
+    assert produce.run_large("full", ["t"], None, False, {}, jobs=2) == 0
+    assert most["dfs"] == 1 and len(saved) == 4
+    most["dfs"], graphs_meet = 0, threading.Barrier(2, timeout=30)
+    monkeypatch.setattr(produce, "large_todo", lambda *a: [("t", "gbdt:dfs"), ("t", "lightgbm:dfs")])
+
+    def both_dfs(e, c, budget_name, jobs):
+        with guard:
+            active.append(c)
+            most["dfs"] = max(most["dfs"], sum(a.endswith(":dfs") for a in active))
+        graphs_meet.wait()
+        with guard:
+            active.remove(c)
+        return {"experiment": e, "cell": c, "rc": 0}
+
+    monkeypatch.setattr(produce, "run_large_cell", both_dfs)
+    assert produce.run_large("30k", ["t"], None, False, {}, jobs=2) == 0
+    assert most["dfs"] == 2
