@@ -448,7 +448,10 @@ def large_section(budget_name: str, experiments: list[str], link: dict, status: 
                 continue
             s = s or {}
             hours += (s.get("seconds") or 0) / 3600
-            run_s, est = s.get("run_s"), s.get("estimated_s")
+            # a cell whose pass was stopped has no status yet: its time and peak are read from its records
+            runs = [r for r in cell_runs(e, c, budget) if not stale(r, c)]
+            run_s = s.get("run_s") or next((r.get("wall_seconds") for r in runs if r["seed"] == 0), None)
+            est = s.get("estimated_s") or estimate_s(e, c, budget)
             note = ""
             if s.get("rc") == "timeout":
                 note = f"stopped: a run went past the {STOP_S / 60:.0f} min limit"
@@ -456,7 +459,10 @@ def large_section(budget_name: str, experiments: list[str], link: dict, status: 
                 note = failure(s)
             elif n == 1 and run_s and run_s > RUN_LIMIT_S:
                 note = f"1 seed: one run took {run_s / 60:.0f} min (> {RUN_LIMIT_S / 60:.0f} min limit per run)"
-            peak = s.get("peak_memory_mb")
+            elif not s and n < len(SEEDS):
+                note = "its pass was stopped before the other seeds; the next pass makes them"
+            peak = s.get("peak_memory_mb") or max((r["peak_memory_mb"] for r in runs if r.get("peak_memory_mb")),
+                                                  default=None)
             rows.append(f"| {e} | {c} | {n} | {f'{run_s / 60:.1f}' if run_s else '-'} | "
                         f"{f'{est / 60:.1f}' if est else '-'} | {f'{peak / 1024:.1f}' if peak else '-'} | {note} |")
     covered = [e for e in experiments if full_data_is_this_point(e, budget_name)]

@@ -833,6 +833,10 @@ def test_seeds_a_stopped_pass_finished_reach_the_board_on_the_next_pass(tmp_path
     assert status["submitted"] == "already on the board"
     assert sorted(r["seed"] for r in produce.cell_runs("synthetic-taste", cell, full)) == [0, 1]
     assert produce.done_seeds("synthetic-taste", cell, full) == {0, 1}
+    monkeypatch.setattr(produce, "headline_cells", lambda e, link: [cell])
+    [row] = [line for line in produce.large_section("full", ["synthetic-taste"], {}, {}) if cell in line]
+    minutes = f"{records[0]['wall_seconds'] / 60:.1f}"  # no status was written: seed 0's record tells its time
+    assert row.startswith(f"| synthetic-taste | {cell} | 2 | {minutes} |") and "pass was stopped" in row
 
 
 def test_jobs_run_larger_budget_cells_side_by_side_but_one_full_data_dfs_cell_at_a_time(monkeypatch):
