@@ -216,10 +216,13 @@ def board_records(experiment: str) -> list[dict]:
     return [json.loads(line) for line in board.read_text().splitlines()] if board.exists() else []
 
 
+def of_budget(record: dict, budget: dict) -> bool:
+    return all((record.get("config") or {}).get(k) == v for k, v in budget.items())
+
+
 def cell_runs(experiment: str, cell: str, budget: dict) -> list[dict]:
     """The board's records of this cell made with this budget (stale ones included)."""
-    return [r for r in board_records(experiment) if of_cell(r, experiment, cell)
-            and all((r.get("config") or {}).get(k) == v for k, v in budget.items())]
+    return [r for r in board_records(experiment) if of_cell(r, experiment, cell) and of_budget(r, budget)]
 
 
 def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
@@ -257,8 +260,7 @@ def submit_leftovers(cell: str, budget: dict, sweep: Path) -> int:
 
     if not (sweep.is_dir() and any(sweep.rglob("record.json"))):
         return 0
-    fresh = [(str(f), r) for f, r in find_records([sweep]) if not stale(r, cell)
-             and all((r.get("config") or {}).get(k) == v for k, v in budget.items())]
+    fresh = [(str(f), r) for f, r in find_records([sweep]) if not stale(r, cell) and of_budget(r, budget)]
     return len(submit_records(fresh, ROOT / "leaderboards", skip_duplicates=True, progress=False).added) if fresh else 0
 
 
@@ -565,14 +567,25 @@ def run_large(budget_name: str, experiments: list[str], cells: list[str] | None,
             est = estimate_s(e, c, BUDGETS[budget_name])
             print(e, c, f"~{est / 60:.1f} min per run" if est else "")
         return 0
-    memory, lock = threading.Lock(), threading.Lock()
+    memory = threading.Lock()
+
+    def one(e, c):
+        with memory if holds_a_whole_feature_table(c, budget_name) else contextlib.nullcontext():
+            return status_key(budget_name, e, c), run_large_cell(e, c, budget_name, jobs)
+
+    return run_all(todo, jobs, one, link)
+
+
+def run_all(todo: list[tuple[str, str]], jobs: int, run, link: dict) -> int:
+    """Runs ``run(experiment, cell)`` (its status key and status, or None to keep the status it has) over
+    ``todo``, ``jobs`` at a time, with MATRIX.md rewritten after each cell, then renders the boards."""
+    lock = threading.Lock()
 
     def one(item):
-        e, c = item
-        with memory if holds_a_whole_feature_table(c, budget_name) else contextlib.nullcontext():
-            s = run_large_cell(e, c, budget_name, jobs)
+        if (done := run(*item)) is None:
+            return
         with lock:
-            save_status(status_key(budget_name, e, c), s)
+            save_status(*done)
             write_matrix(ALL_TASKS, BUDGET, link)
 
     with ThreadPoolExecutor(jobs) as pool:
@@ -626,21 +639,14 @@ def main(argv=None) -> int:
         for e, c in todo:
             print(e, c)
         return 0
-    lock = threading.Lock()
 
-    def one(item):
-        s = run_cell(*item, BUDGET, a.jobs, a.timeout)
+    def one(e, c):
+        s = run_cell(e, c, BUDGET, a.jobs, a.timeout)
         if s["submitted"] == "already on the board":  # the pass that made it keeps its status
-            return
-        with lock:
-            save_status(f"{s['experiment']} {s['cell']}", s)
-            write_matrix(ALL_TASKS, BUDGET, link)
+            return None
+        return status_key("small", e, c), s
 
-    with ThreadPoolExecutor(a.jobs) as pool:
-        list(pool.map(one, todo))
-    write_matrix(ALL_TASKS, BUDGET, link)
-    subprocess.run([sys.executable, "-m", "fourdb.cli", "leaderboard", "render"], cwd=ROOT, check=True)
-    return 0
+    return run_all(todo, a.jobs, one, link)
 
 
 if __name__ == "__main__":

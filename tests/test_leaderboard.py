@@ -846,44 +846,33 @@ def test_jobs_run_larger_budget_cells_side_by_side_but_one_full_data_dfs_cell_at
     import types
 
     produce = load_produce()
-    active, most = [], {"dfs": 0}
+    active, most, saved = [], {"dfs": 0}, []
     guard = threading.Lock()
-    graphs_meet = threading.Barrier(2, timeout=30)
 
-    def fake_run(e, c, budget_name, jobs):
-        assert jobs == 2
-        with guard:
-            active.append(c)
-            most["dfs"] = max(most["dfs"], sum(a.endswith(":dfs") for a in active))
-        if c.startswith("sage"):
-            graphs_meet.wait()  # fails unless the two graph cells run at the same time
-        else:
-            time.sleep(0.3)
-        with guard:
-            active.remove(c)
-        return {"experiment": e, "cell": c, "rc": 0}
+    def fake_run_meeting(meet: str, barrier: threading.Barrier):
+        """A cell run that waits at ``barrier`` if its name starts with ``meet``: a test that fails unless two
+        such cells run at the same time."""
+        def run(e, c, budget_name, jobs):
+            assert jobs == 2
+            with guard:
+                active.append(c)
+                most["dfs"] = max(most["dfs"], sum(a.endswith(":dfs") for a in active))
+            barrier.wait() if c.startswith(meet) else time.sleep(0.3)
+            with guard:
+                active.remove(c)
+            return {"experiment": e, "cell": c, "rc": 0}
+        return run
 
-    saved = []
     monkeypatch.setattr(produce, "large_todo", lambda *a: [("t", "gbdt:dfs"), ("t", "lightgbm:dfs"),
                                                            ("t", "sage:r2n"), ("t", "sage:r2ne")])
-    monkeypatch.setattr(produce, "run_large_cell", fake_run)
+    monkeypatch.setattr(produce, "run_large_cell", fake_run_meeting("sage", threading.Barrier(2, timeout=30)))
     monkeypatch.setattr(produce, "save_status", lambda key, value: saved.append(key))
     monkeypatch.setattr(produce, "write_matrix", lambda *a: None)
     monkeypatch.setattr(produce, "subprocess", types.SimpleNamespace(run=lambda *a, **k: None))
     assert produce.run_large("full", ["t"], None, False, {}, jobs=2) == 0
     assert most["dfs"] == 1 and len(saved) == 4
-    most["dfs"], graphs_meet = 0, threading.Barrier(2, timeout=30)
+    most["dfs"] = 0
     monkeypatch.setattr(produce, "large_todo", lambda *a: [("t", "gbdt:dfs"), ("t", "lightgbm:dfs")])
-
-    def both_dfs(e, c, budget_name, jobs):
-        with guard:
-            active.append(c)
-            most["dfs"] = max(most["dfs"], sum(a.endswith(":dfs") for a in active))
-        graphs_meet.wait()
-        with guard:
-            active.remove(c)
-        return {"experiment": e, "cell": c, "rc": 0}
-
-    monkeypatch.setattr(produce, "run_large_cell", both_dfs)
+    monkeypatch.setattr(produce, "run_large_cell", fake_run_meeting("", threading.Barrier(2, timeout=30)))
     assert produce.run_large("30k", ["t"], None, False, {}, jobs=2) == 0
     assert most["dfs"] == 2
