@@ -210,6 +210,13 @@ def archive_stale(experiment: str, cell: str) -> int:
     return archive(experiment, lambda r: of_cell(r, experiment, cell) and stale(r, cell))
 
 
+def made_dirty(experiment: str, cells: list[str], budget: dict):
+    """Whether a record is of one of ``cells`` on ``budget`` and was made from uncommitted code (``git_dirty``):
+    `--remake-dirty` archives it and the pass makes its seed again from a commit."""
+    return lambda r: (r.get("git_dirty") is True and of_budget(r, budget)
+                      and any(of_cell(r, experiment, c) for c in cells))
+
+
 def board_records(experiment: str) -> list[dict]:
     dataset, task = experiment_task(experiment)
     board = ROOT / "leaderboards" / dataset / f"{task}.jsonl"
@@ -619,10 +626,23 @@ def main(argv=None) -> int:
     ap.add_argument("--certify", action="store_true", help="certify the cells of CERTIFY not yet certified")
     ap.add_argument("--budget", default="small", choices=list(BUDGETS),
                     help="small: the whole matrix; 30k and full: each task's headline cells (learning curves)")
+    ap.add_argument("--remake-dirty", action="store_true",
+                    help="make again the seeds whose records were made from uncommitted code (git_dirty); their "
+                         "records move to leaderboards/archive/")
     a = ap.parse_args(argv)
     experiments = a.only.split(",") if a.only else ALL_TASKS
     cells = a.cells.split(",") if a.cells else CELLS + REC_CELLS
     link = {d: has_link_tables(d) for d in {experiment_task(e)[0] for e in ALL_TASKS}}
+    if a.remake_dirty:
+        from fourdb.utils import git_state
+
+        if git_state(ROOT)[1] is not False:
+            ap.error("--remake-dirty: the checkout has uncommitted code changes (or is not a git checkout), so the "
+                     "new records would be made from uncommitted code too; commit first")
+        dirty = {e: made_dirty(e, cells, BUDGETS[a.budget]) for e in experiments}
+        n = sum(sum(map(dirty[e], board_records(e))) if a.dry_run else archive(e, dirty[e]) for e in experiments)
+        print(f"{n} record(s) made from uncommitted code {'would move' if a.dry_run else 'moved'} to "
+              "leaderboards/archive/, to be made again", flush=True)
     if a.certify:
         for e, cs in CERTIFY.items():
             for c in cs:

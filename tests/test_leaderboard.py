@@ -876,3 +876,52 @@ def test_jobs_run_larger_budget_cells_side_by_side_but_one_full_data_dfs_cell_at
     monkeypatch.setattr(produce, "run_large_cell", fake_run_meeting("", threading.Barrier(2, timeout=30)))
     assert produce.run_large("30k", ["t"], None, False, {}, jobs=2) == 0
     assert most["dfs"] == 2
+
+
+def test_remake_dirty_makes_again_the_seeds_made_from_uncommitted_code(tmp_path, monkeypatch, capsys):
+    """`--remake-dirty` moves the selected cells' records made from uncommitted code (on the pass's budget, and
+    no other) to the archive, and the pass makes exactly those seeds again; from a checkout with uncommitted
+    code it refuses, since the new records would be no better."""
+    import types
+
+    import fourdb.utils
+
+    produce = load_produce()
+    full, cell = produce.BUDGETS["full"], "lightgbm:dfs"
+    records = sorted(produce.cell_runs("synthetic-taste", cell, full), key=lambda r: r["seed"])
+    dirty = {**records[1], "git_dirty": True}
+    other_budget = {**dirty, "config": {**dirty["config"], "max_train_seeds": 30000}}
+    other_cell = {**dirty, "model": "gbdt"}
+    monkeypatch.setattr(produce, "ROOT", tmp_path)
+    monkeypatch.setattr(produce, "STATUS", tmp_path / "status.json")
+    monkeypatch.delenv("FOURDB_LEADERBOARDS", raising=False)
+    board = tmp_path / "leaderboards" / "synthetic" / "taste.jsonl"
+    board.parent.mkdir(parents=True)
+    board.write_text("".join(json.dumps(r) + "\n" for r in (records[0], dirty, records[2], other_budget, other_cell)))
+    ran = []
+
+    def fake_run(args, log, timeout_s, env):
+        ran.append(next(a for a in args if a.startswith("seed=")))
+        return 0
+
+    monkeypatch.setattr(produce, "run_logged", fake_run)
+    monkeypatch.setattr(produce, "has_link_tables", lambda d: False)
+    monkeypatch.setattr(produce, "headline_cells", lambda e, link: [cell])
+    monkeypatch.setattr(produce, "write_matrix", lambda *a: None)
+    monkeypatch.setattr(produce, "subprocess", types.SimpleNamespace(run=lambda *a, **k: None))
+    argv = ["--budget", "full", "--only", "synthetic-taste", "--cells", cell, "--remake-dirty"]
+    monkeypatch.setattr(fourdb.utils, "git_state", lambda folder: ("abc", True))
+    with pytest.raises(SystemExit):
+        produce.main(argv)
+    assert "uncommitted code changes" in capsys.readouterr().err and board.read_text().count("\n") == 5 and not ran
+    monkeypatch.setattr(fourdb.utils, "git_state", lambda folder: ("abc", False))
+    assert produce.main(argv) == 0
+    assert "1 record(s) made from uncommitted code moved" in capsys.readouterr().out
+    assert ran == ["seed=1"]
+    left = [json.loads(line) for line in board.read_text().splitlines()]
+    assert [(r["model"], r["seed"], r["git_dirty"]) for r in left] == [
+        ("lightgbm", 0, records[0]["git_dirty"]), ("lightgbm", 2, records[2]["git_dirty"]), ("lightgbm", 1, True),
+        ("gbdt", 1, True)]
+    [archived] = [json.loads(line) for line in (tmp_path / "leaderboards" / "archive" / "synthetic" /
+                                                "taste.jsonl").read_text().splitlines()]
+    assert archived == dirty
