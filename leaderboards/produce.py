@@ -456,9 +456,11 @@ def large_section(budget_name: str, experiments: list[str], link: dict, status: 
             if not s and not n:
                 continue
             s = s or {}
-            hours += (s.get("seconds") or 0) / 3600
             # a cell whose pass was stopped has no status yet: its time and peak are read from its records
             runs = [r for r in cell_runs(e, c, budget) if not stale(r, c)]
+            # its seeds may come from several passes (the status has the last one's time), and a run stopped at
+            # the limit leaves no record (only the status has its time)
+            hours += max(s.get("seconds") or 0, sum(r.get("wall_seconds") or 0 for r in runs)) / 3600
             run_s = s.get("run_s") or next((r.get("wall_seconds") for r in runs if r["seed"] == 0), None)
             est = s.get("estimated_s") or estimate_s(e, c, budget)
             note = ""
@@ -483,7 +485,8 @@ def large_section(budget_name: str, experiments: list[str], link: dict, status: 
             "Each task's headline cells (`headline_cells` in produce.py: chosen by validation on the small budget), "
             f"3 seeds where one run fits in {RUN_LIMIT_S / 60:.0f} min, else seed 0 alone; a run is stopped after "
             f"{STOP_S / 60:.0f} min. Minutes per run: seed 0's wall time, beside the estimate printed before the "
-            f"cell started (the small budget's run scaled by training seeds). These cells took {hours:.1f} hours.",
+            f"cell started (the small budget's run scaled by training seeds). These cells took {hours:.1f} hours (per "
+            "cell, its runs on the board, or its last pass where that took longer).",
             *(["", f"Not run on this budget: {', '.join(covered)}. Each has {budget['max_train_seeds']:,} training "
                "seeds or fewer, so its full-data board is this point of the learning curve."] if covered else []),
             "", "| task | cell | seeds | min per run | estimated | peak GB | note |", "|---|---|---|---|---|---|---|", *rows]
