@@ -206,7 +206,28 @@ def environment(packages: tuple[str, ...], gpu: str | None = None) -> dict:
 
     commit, dirty = git_state(Path(__file__).parent)
     return {"packages": {p: version(p) for p in packages}, "git_commit": commit, "git_dirty": dirty,
-            "hardware": {"platform": platform.platform(), "cpus": os.cpu_count(), "gpu": gpu}}
+            "hardware": {"platform": platform.platform(), "cpus": os.cpu_count(), **cpu_kind(), "gpu": gpu}}
+
+
+def cpu_kind() -> dict:
+    """The CPU's model name and the instruction set torch's kernels use on it (e.g. AVX512): a neural model
+    trained on another rounds differently from its first step, so its metrics repeat exactly only on the same
+    kind of CPU."""
+    import platform
+
+    name = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        pass
+    try:
+        import torch
+
+        capability = torch.backends.cpu.get_cpu_capability()
+    except (ImportError, AttributeError):
+        capability = None
+    return {"cpu": name or platform.processor() or None, "cpu_capability": capability}
 
 
 @functools.lru_cache(maxsize=None)

@@ -40,6 +40,7 @@ def test_run_record_is_complete(taste_runs):
     assert set(r["metrics"]) == {"train", "val", "test"}
     assert r["packages"]["torch"].startswith("2.2.1") and r["packages"]["dgl"] == "2.1.0"
     assert r["peak_memory_mb"] > 0 and r["wall_seconds"] > 0
+    assert r["hardware"]["cpus"] >= 1 and r["hardware"]["cpu_capability"] and "cpu" in r["hardware"]
     assert r["config"]["model"]["name"] == "sage"
 
 

@@ -772,7 +772,8 @@ def load_produce():
 def test_a_committed_full_data_record_reproduces_from_the_code(tmp_path, monkeypatch, cell):
     """A cell of the committed full-data board (every training and validation seed), run again from the
     code with the overrides produce.py ran it with and a cold cache, gives the metrics the board holds: DFS
-    cells and a GNN cell, whose sampling, engine pick and training must all repeat."""
+    cells and a GNN cell, whose sampling, engine pick and training must all repeat (exactly on the kind of
+    CPU the record names, within float round-off on another)."""
     from fourdb.run import run_experiment
 
     produce = load_produce()
@@ -784,8 +785,12 @@ def test_a_committed_full_data_record_reproduces_from_the_code(tmp_path, monkeyp
                                   *produce.budget_overrides(full), *produce.large_budget_overrides(cell),
                                   "trainer.progress=false"))
     assert config_hash(again) == record["config_hash"]
+    # a neural model trained on another kind of CPU (instruction set) rounds differently from its first step:
+    # here a loss 2e-9 apart after one epoch and metrics up to 2e-3 apart after early stopping; the trees repeat exactly
+    same_cpu = all(record["hardware"].get(k) == again["hardware"][k] for k in ("cpu", "cpu_capability"))
+    tolerance = 1e-9 if same_cpu or "graph" not in produce.cell_inputs(cell)[1] else 5e-3
     for split in ("val", "test"):
-        assert again["metrics"][split] == pytest.approx(record["metrics"][split], rel=0, abs=1e-9)
+        assert again["metrics"][split] == pytest.approx(record["metrics"][split], rel=0, abs=tolerance)
 
 
 def test_a_capped_budget_runs_nothing_on_a_task_whose_training_split_fits_under_its_cap(monkeypatch):
