@@ -546,15 +546,25 @@ def full_data_is_this_point(experiment: str, budget_name: str) -> bool:
     return cap is not None and task_splits(experiment).get("train", 0) <= cap
 
 
-def large_todo(budget_name: str, experiments: list[str], link: dict) -> list[tuple[str, str]]:
+def pass_cells(budget_name: str, experiment: str, cells: list[str] | None, link: dict) -> list[str]:
+    """Which of ``cells`` (None: all) a pass on the budget makes for the experiment: the matrix's cells on the
+    small budget, the headline cells on a larger one (none where the full-data run is this point)."""
+    if budget_name == "small":
+        return [c for c in dict.fromkeys(cells or CELLS + REC_CELLS)
+                if c in cells_of(experiment) and not skip_reason(experiment, c, link)]
+    if full_data_is_this_point(experiment, budget_name):
+        return []
+    return [c for c in headline_cells(experiment, link) if cells is None or c in cells]
+
+
+def large_todo(budget_name: str, experiments: list[str], link: dict,
+               cells: list[str] | None = None) -> list[tuple[str, str]]:
     """Headline cells still missing seeds on the budget, cheapest first (so a short pass covers the most), less
     those already settled: seed 0 alone where one run takes longer than RUN_LIMIT_S, or stopped at STOP_S."""
     budget, status = BUDGETS[budget_name], load_status()
     todo = []
     for e in experiments:
-        if full_data_is_this_point(e, budget_name):
-            continue
-        for c in headline_cells(e, link):
+        for c in pass_cells(budget_name, e, cells, link):
             done = done_seeds(e, c, budget)
             last = status.get(status_key(budget_name, e, c)) or {}
             if set(SEEDS) <= done or last.get("rc") == "timeout" or (0 in done and (last.get("run_s") or 0) > RUN_LIMIT_S):
@@ -570,7 +580,7 @@ def holds_a_whole_feature_table(cell: str, budget_name: str) -> bool:
 
 def run_large(budget_name: str, experiments: list[str], cells: list[str] | None, dry_run: bool, link: dict,
               jobs: int = 1) -> int:
-    todo = [(e, c) for e, c in large_todo(budget_name, experiments, link) if cells is None or c in cells]
+    todo = large_todo(budget_name, experiments, link, cells)
     print(f"{len(todo)} cell(s) to run on budget {budget_name}", flush=True)
     if dry_run:
         for e, c in todo:
@@ -634,7 +644,7 @@ def main(argv=None) -> int:
                          "records move to leaderboards/archive/")
     a = ap.parse_args(argv)
     experiments = a.only.split(",") if a.only else ALL_TASKS
-    cells = a.cells.split(",") if a.cells else CELLS + REC_CELLS
+    cells = a.cells.split(",") if a.cells else None
     link = {d: has_link_tables(d) for d in {experiment_task(e)[0] for e in ALL_TASKS}}
     if a.remake_dirty:
         from fourdb.utils import git_state
@@ -642,21 +652,23 @@ def main(argv=None) -> int:
         if git_state(ROOT)[1] is not False:
             ap.error("--remake-dirty: the checkout has uncommitted code changes (or is not a git checkout), so the "
                      "new records would be made from uncommitted code too; commit first")
-        dirty = {e: made_dirty(e, cells, BUDGETS[a.budget]) for e in experiments}
+        # only cells this pass makes: a record archived for a cell it passes over would be lost from the board
+        dirty = {e: made_dirty(e, pass_cells(a.budget, e, cells, link), BUDGETS[a.budget]) for e in experiments}
         n = sum(sum(map(dirty[e], board_records(e))) if a.dry_run else archive(e, dirty[e]) for e in experiments)
         print(f"{n} record(s) made from uncommitted code {'would move' if a.dry_run else 'moved'} to "
               "leaderboards/archive/, to be made again", flush=True)
     if a.certify:
         for e, cs in CERTIFY.items():
             for c in cs:
-                if e in experiments and c in cells and not certified(e, c, BUDGET) and not a.dry_run:
+                if e in experiments and (cells is None or c in cells) and not certified(e, c, BUDGET) and not a.dry_run:
                     save_status(f"certify {e} {c}", certify_cell(e, c, BUDGET, a.timeout))
         write_matrix(ALL_TASKS, BUDGET, link)
         return 0
     if a.budget != "small":
-        return run_large(a.budget, experiments, a.cells.split(",") if a.cells else None, a.dry_run, link, a.jobs)
-    todo = [(e, c) for c in dict.fromkeys(cells) for e in experiments if c in cells_of(e)
-            and not skip_reason(e, c, link) and not set(SEEDS) <= done_seeds(e, c, BUDGET)]
+        return run_large(a.budget, experiments, cells, a.dry_run, link, a.jobs)
+    made = {e: pass_cells("small", e, cells, link) for e in experiments}
+    todo = [(e, c) for c in dict.fromkeys(cells or CELLS + REC_CELLS) for e in experiments
+            if c in made[e] and not set(SEEDS) <= done_seeds(e, c, BUDGET)]
     print(f"{len(todo)} cell(s) to run", flush=True)
     if a.dry_run:
         for e, c in todo:

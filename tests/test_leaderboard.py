@@ -885,8 +885,9 @@ def test_jobs_run_larger_budget_cells_side_by_side_but_one_full_data_dfs_cell_at
 
 def test_remake_dirty_makes_again_the_seeds_made_from_uncommitted_code(tmp_path, monkeypatch, capsys):
     """`--remake-dirty` moves the selected cells' records made from uncommitted code (on the pass's budget, and
-    no other) to the archive, and the pass makes exactly those seeds again; from a checkout with uncommitted
-    code it refuses, since the new records would be no better."""
+    no other) to the archive, and the pass makes exactly those seeds again; a cell named that the pass does
+    not make (not a headline cell here) keeps its records, else they would leave the board for good; from a
+    checkout with uncommitted code it refuses, since the new records would be no better."""
     import types
 
     import fourdb.utils
@@ -914,7 +915,7 @@ def test_remake_dirty_makes_again_the_seeds_made_from_uncommitted_code(tmp_path,
     monkeypatch.setattr(produce, "headline_cells", lambda e, link: [cell])
     monkeypatch.setattr(produce, "write_matrix", lambda *a: None)
     monkeypatch.setattr(produce, "subprocess", types.SimpleNamespace(run=lambda *a, **k: None))
-    argv = ["--budget", "full", "--only", "synthetic-taste", "--cells", cell, "--remake-dirty"]
+    argv = ["--budget", "full", "--only", "synthetic-taste", "--cells", f"{cell},gbdt:dfs", "--remake-dirty"]
     monkeypatch.setattr(fourdb.utils, "git_state", lambda folder: ("abc", True))
     with pytest.raises(SystemExit):
         produce.main(argv)
