@@ -472,8 +472,9 @@ def large_section(budget_name: str, experiments: list[str], link: dict, status: 
                 note = f"1 seed: one run took {run_s / 60:.0f} min (> {RUN_LIMIT_S / 60:.0f} min limit per run)"
             elif not s and n < len(SEEDS):
                 note = "its pass was stopped before the other seeds; the next pass makes them"
-            peak = s.get("peak_memory_mb") or max((r["peak_memory_mb"] for r in runs if r.get("peak_memory_mb")),
-                                                  default=None)
+            # like the hours: the largest of every pass's, not the last pass's alone
+            peak = max((p for p in (s.get("peak_memory_mb"), *(r.get("peak_memory_mb") for r in runs)) if p),
+                       default=None)
             rows.append(f"| {e} | {c} | {n} | {f'{run_s / 60:.1f}' if run_s else '-'} | "
                         f"{f'{est / 60:.1f}' if est else '-'} | {f'{peak / 1024:.1f}' if peak else '-'} | {note} |")
     covered = [e for e in experiments if full_data_is_this_point(e, budget_name)]

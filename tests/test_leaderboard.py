@@ -935,16 +935,20 @@ def test_remake_dirty_makes_again_the_seeds_made_from_uncommitted_code(tmp_path,
 
 def test_matrix_hours_count_every_pass_of_a_cell_and_a_run_stopped_at_the_limit(tmp_path, monkeypatch):
     """A cell whose seeds came from two passes counts the time of all its runs on the board (its status has
-    the last pass's alone), and a cell stopped at the limit, which left no record, counts its status's time."""
+    the last pass's alone) and shows the largest peak memory of them, and a cell stopped at the limit, which
+    left no record, counts its status's time."""
     produce = load_produce()
     full, cell = produce.BUDGETS["full"], "lightgbm:dfs"
-    records = [{**r, "wall_seconds": 1800.0} for r in produce.cell_runs("synthetic-taste", cell, full)]
+    records = [{**r, "wall_seconds": 1800.0, "peak_memory_mb": 1024.0 * (1 + r["seed"])}
+               for r in produce.cell_runs("synthetic-taste", cell, full)]
+    assert {r["seed"] for r in records} == {0, 1, 2}
     monkeypatch.setattr(produce, "ROOT", tmp_path)
     board = tmp_path / "leaderboards" / "synthetic" / "taste.jsonl"
     board.parent.mkdir(parents=True)
     board.write_text("".join(json.dumps(r) + "\n" for r in records))
     monkeypatch.setattr(produce, "headline_cells", lambda e, link: [cell, "sage:r2n"])
-    status = {produce.status_key("full", "synthetic-taste", cell): {"rc": 0, "seconds": 1800.0},
+    status = {produce.status_key("full", "synthetic-taste", cell): {"rc": 0, "seconds": 1800.0, "peak_memory_mb": 1024.0},
               produce.status_key("full", "synthetic-taste", "sage:r2n"): {"rc": "timeout", "seconds": 5400.0}}
     section = "\n".join(produce.large_section("full", ["synthetic-taste"], {}, status))
     assert "These cells took 3.0 hours" in section and "stopped: a run went past the 90 min limit" in section
+    assert f"| synthetic-taste | {cell} | 3 | 30.0 | " in section and " | 3.0 |  |" in section
