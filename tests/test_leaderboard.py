@@ -947,7 +947,8 @@ def test_matrix_hours_count_every_pass_of_a_cell_and_a_run_stopped_at_the_limit(
     board.parent.mkdir(parents=True)
     board.write_text("".join(json.dumps(r) + "\n" for r in records))
     monkeypatch.setattr(produce, "headline_cells", lambda e, link: [cell, "sage:r2n"])
-    status = {produce.status_key("full", "synthetic-taste", cell): {"rc": 0, "seconds": 1800.0, "peak_memory_mb": 1024.0},
+    status = {produce.status_key("full", "synthetic-taste", cell): {"rc": 0, "seconds": 1800.0,
+                                                                     "peak_memory_mb": 1024.0},
               produce.status_key("full", "synthetic-taste", "sage:r2n"): {"rc": "timeout", "seconds": 5400.0}}
     section = "\n".join(produce.large_section("full", ["synthetic-taste"], {}, status))
     assert "These cells took 3.0 hours" in section and "stopped: a run went past the 90 min limit" in section
