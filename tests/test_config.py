@@ -209,7 +209,9 @@ def test_the_boards_runs_compose_to_the_config_they_recorded():
         composed = config(f"experiment={r['dataset']}-{r['task']}", f"model={r['model']}",
                           f"features={c['features']['name']}", f"graph={c['graph']['name']}", f"seed={r['seed']}",
                           *(f"{k}={'null' if c[k] is None else c[k]}" for k in ("max_train_seeds", "max_val_seeds")),
-                          *engine_choices(c["engine"]), "trainer.progress=false")
+                          *engine_choices(c["engine"]), "trainer.progress=false",
+                          # a certified seed (`produce.py --certify`) was made by `fourdb certify`
+                          *(["certify.enabled=true"] if (c.get("certify") or {}).get("enabled") else []))
         assert OmegaConf.to_container(composed, resolve=True) == c, (r["dataset"], r["task"], r["model"])
         assert config_hash({"config": OmegaConf.to_container(composed, resolve=True)}) == r["config_hash"]
 
