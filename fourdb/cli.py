@@ -4,13 +4,31 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
 from fourdb.defaults import CONF_DIR
 from fourdb.errors import FourdbError
+from fourdb.untrusted import first_line, safe_text
 
 log = logging.getLogger("fourdb")
+DEBUG_ENV = "FOURDB_DEBUG"
+
+
+def error_line(e: BaseException) -> str:
+    """One printable line for an error that ends a command: fourdb's own as it is worded, any other as its
+    kind and first line (input is data, and no input ends in a traceback; ``FOURDB_DEBUG=1`` shows it)."""
+    if isinstance(e, FourdbError):
+        return f"error: {safe_text(e, 2000)}"
+    return f"error: {safe_text(first_line(e), 2000)} ({DEBUG_ENV}=1 shows the traceback)"
+
+
+def fail(e: BaseException) -> int:
+    if os.environ.get(DEBUG_ENV) and not isinstance(e, FourdbError):
+        raise e
+    print(error_line(e), file=sys.stderr, flush=True)
+    return 2
 
 
 def _hydra_run(argv: list[str], plan_png: str | None = None, plan: bool = False) -> None:
@@ -36,13 +54,12 @@ def _hydra_run(argv: list[str], plan_png: str | None = None, plan: bool = False)
             try:
                 check_settings(cfg)
                 text, verdict = plan_run(cfg, out_dir, plan_png)
-            except FourdbError as e:
-                text, verdict = None, str(e)
+            except Exception as e:  # noqa: BLE001 - one line, never a traceback (error_line)
+                text, verdict = None, e
             if text:
                 print(text, flush=True)
             if verdict:  # a bad setting, or a memory limit no strategy meets
-                print(f"error: {verdict}", file=sys.stderr)
-                sys.exit(2)
+                sys.exit(fail(verdict if isinstance(verdict, BaseException) else FourdbError(verdict)))
             return None
         quiet_other_ranks()
         try:  # trainer.nproc > 1: torchrun starts the ranks, rank 0 writes the record
@@ -53,9 +70,8 @@ def _hydra_run(argv: list[str], plan_png: str | None = None, plan: bool = False)
                 if not in_torchrun():
                     clear_launch(out_dir)
                 record = run_experiment(cfg, out_dir)
-        except FourdbError as e:
-            print(f"error: {e}", file=sys.stderr)
-            sys.exit(2)
+        except Exception as e:  # noqa: BLE001 - one line, never a traceback (error_line)
+            sys.exit(fail(e))
         if in_torchrun():  # a rank: the `fourdb run` that started torchrun prints the record, else rank 0
             if record is not None and read_launch(out_dir) is None:
                 log.info("run record: %s/record.json", out_dir)
@@ -74,8 +90,7 @@ def _hydra_run(argv: list[str], plan_png: str | None = None, plan: bool = False)
     try:
         sys.argv = ["fourdb run", *_folder_dataset(argv)]
     except FourdbError as e:  # a mistyped dataset path, found before Hydra starts
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(fail(e))
     app()
 
 
@@ -273,7 +288,13 @@ def _outside_flag(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except Exception as e:  # noqa: BLE001 - one line, never a traceback (error_line)
+        return fail(e)
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] == "run":
         _hydra_run(argv[1:])
         return 0
@@ -341,11 +362,7 @@ def main(argv: list[str] | None = None) -> int:
 
     add_leaderboard(sub)
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except FourdbError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return args.func(args)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def progress(iterable=None, enabled: bool | None = True, **kwargs):
     return tqdm(iterable, disable=enabled is False or not kwargs["file"].isatty(), **kwargs)
 
 
-DUCKDB_MEMORY_SHARE = 0.25  # of the machine's memory, DuckDB's own limit unless FOURDB_DUCKDB_MEMORY says
+DUCKDB_MEMORY_SHARE = 0.25  # of the memory this process may use (the machine's, or its cgroup's), DuckDB's own limit unless FOURDB_DUCKDB_MEMORY says
 
 
 def duckdb_connect(database: str = ":memory:", read_only: bool = False):
@@ -90,8 +90,9 @@ def duckdb_connect(database: str = ":memory:", read_only: bool = False):
 
     DuckDB's own default takes 80% of the machine beside the tables fourdb holds, and its allocator
     keeps freed memory; at 100M rows that alone outgrew the machine. The limit is
-    ``FOURDB_DUCKDB_MEMORY`` (DuckDB's syntax, e.g. ``8GB``) or a quarter of the machine's memory,
-    spilling under ``<cache>/duckdb_spill``; freed memory goes back to the system.
+    ``FOURDB_DUCKDB_MEMORY`` (DuckDB's syntax, e.g. ``8GB``) or a quarter of the memory this process may use,
+    spilling under ``<cache>/duckdb_spill`` at most ``FOURDB_SPILL`` (``spill_budget``); freed memory goes back
+    to the system.
 
     Every fourdb connection works on frames it registers, so none may reach the file system: external
     access (file readers and writers, ATTACH, COPY, extensions) is off once the spill folder is set, and
@@ -100,9 +101,9 @@ def duckdb_connect(database: str = ":memory:", read_only: bool = False):
     default) can read another file.
     """
     import duckdb
-    import psutil
 
     from fourdb.errors import FourdbError
+    from fourdb.untrusted import memory_available, spill_budget
 
     closed = {"python_enable_replacements": False, "autoinstall_known_extensions": False,
               "autoload_known_extensions": False}
@@ -113,7 +114,7 @@ def duckdb_connect(database: str = ":memory:", read_only: bool = False):
         con.execute(f"SET enable_progress_bar = {str(sys.stdout.isatty()).lower()}")
     except duckdb.Error:  # in Jupyter without ipywidgets DuckDB refuses to touch the setting; keep its default
         pass
-    limit = os.environ.get("FOURDB_DUCKDB_MEMORY") or f"{int(psutil.virtual_memory().total * DUCKDB_MEMORY_SHARE) >> 20}MB"
+    limit = os.environ.get("FOURDB_DUCKDB_MEMORY") or f"{int(memory_available() * DUCKDB_MEMORY_SHARE) >> 20}MB"
     try:
         con.execute(f"SET memory_limit = '{limit}'")
     except duckdb.Error as e:
@@ -122,10 +123,30 @@ def duckdb_connect(database: str = ":memory:", read_only: bool = False):
                     "allocator_bulk_deallocation_flush_threshold = '16MB'"):
         con.execute(f"SET {setting}")
     if database == ":memory:":
-        spill = str(cache_root().resolve() / "duckdb_spill").replace("'", "''")
-        con.execute(f"SET temp_directory = '{spill}'")
+        spill = spill_folder()
+        con.execute(f"SET temp_directory = '{str(spill).replace(chr(39), chr(39) * 2)}'")
+        con.execute(f"SET max_temp_directory_size = '{spill_budget(spill) >> 20}MiB'")
         con.execute("SET enable_external_access = false")
     return con
+
+
+_SPILLS = iter(range(1 << 62))
+
+
+def spill_folder() -> Path:
+    """A spill folder of this connection's own, ``<cache>/duckdb_spill/<pid>-<n>``: DuckDB removes it when the
+    connection closes, and the folders of processes that no longer run (a query killed while it spilled) are
+    removed here, so spill never outlives its query for long."""
+    root = cache_root().resolve() / "duckdb_spill"
+    root.mkdir(parents=True, exist_ok=True)  # DuckDB makes the last folder only
+    if root.is_dir():
+        import psutil
+
+        for entry in root.iterdir():
+            pid = entry.name.split("-", 1)[0]
+            if entry.is_dir() and pid.isdigit() and not psutil.pid_exists(int(pid)):
+                shutil.rmtree(entry, ignore_errors=True)
+    return root / f"{os.getpid()}-{next(_SPILLS)}"
 
 
 def stable_hash(*parts, length: int = 16) -> str:

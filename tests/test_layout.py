@@ -8,7 +8,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1] / "fourdb"
 # the foundations, in the order they may import each other: each only the ones before it
-FOUNDATIONS = ("fourdb", "fourdb.errors", "fourdb.utils", "fourdb.registry", "fourdb.contracts", "fourdb.metrics",
+FOUNDATIONS = ("fourdb", "fourdb.errors", "fourdb.untrusted", "fourdb.utils", "fourdb.registry", "fourdb.contracts", "fourdb.metrics",
                "fourdb.defaults")
 # the data flow, earliest first: a module may import its own package and earlier layers, never a later layer
 # nor another package of its own layer

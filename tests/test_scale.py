@@ -4,6 +4,8 @@ The sizes themselves are measured by ``make bench-scale`` (benchmarks/bench_scal
 that each saving gives the same answer as the plain way it replaces.
 """
 import importlib
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -113,7 +115,8 @@ def test_duckdb_gets_a_memory_limit_and_a_spill_folder(tmp_path, monkeypatch):
     con = duckdb_connect()
     limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     assert limit.replace(" ", "") in ("1.0GiB", "953.6MiB", "1GB", "1.0GB")
-    assert con.execute("SELECT current_setting('temp_directory')").fetchone()[0] == str(tmp_path / "duckdb_spill")
+    spill = Path(con.execute("SELECT current_setting('temp_directory')").fetchone()[0])
+    assert spill.parent == tmp_path / "duckdb_spill" and spill.name.startswith(f"{os.getpid()}-")
     monkeypatch.setenv("FOURDB_DUCKDB_MEMORY", "plenty")
     with pytest.raises(FourdbError, match="FOURDB_DUCKDB_MEMORY='plenty'"):
         duckdb_connect()

@@ -450,7 +450,8 @@ def test_sandbox_sees_only_the_tables_and_the_relations():
     assert box.query("SELECT count(*) AS n FROM users, cutoffs", "t", relations)["n"].tolist() == [2]
     tables = box.query("SELECT table_name FROM duckdb_tables() UNION ALL SELECT view_name FROM duckdb_views() "
                        "WHERE NOT internal", "t")["table_name"].tolist()
-    assert tables == ["users"]  # the relations are gone after the query
+    # the relations are gone after the query; the one other name is the table its own result is built in
+    assert sorted(tables) == ["__fourdb_result", "users"]
     with pytest.raises(UntrustedInputError, match="not allowed"):
         box.query("SELECT * FROM read_csv('/etc/hostname')", "t")
 

@@ -7,18 +7,47 @@ made the task file, so it is run as data: it is parsed first and refused unless 
 the relations fourdb registers for it (``cutoffs``, ``timestamps``). That instance cannot reach the file
 system (no file readers or writers, no ATTACH, no extensions), does not see Python variables, and its
 configuration is locked before the task's SQL runs, so the SQL cannot turn any of this back on.
+
+Its work is bounded too: a query stops after ``FOURDB_QUERY_SECONDS``, DuckDB holds at most its memory limit
+and spills at most ``FOURDB_SPILL``, and a result is counted and sized inside DuckDB before it becomes a
+frame, refused past the memory bound (``fourdb.untrusted``).
 """
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import duckdb
 import pandas as pd
 
 from fourdb.errors import UntrustedInputError
+from fourdb.untrusted import LimitError, MEMORY, QUERY_SECONDS, SPILL, check_bytes, memory_budget, query_seconds
 
 QUERY_STATEMENTS = {duckdb.StatementType.SELECT}
+RESULT = '"__fourdb_result"'  # the temp table a query's result is built in before it becomes a frame
+RESULT_SHARE = 0.5  # of the memory bound: the frame a result becomes sits beside the database's tables
+
+
+def result_budget() -> int:
+    return int(memory_budget() * RESULT_SHARE)
+
+
+def _first(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+
+
+_WIDTHS = {"BOOLEAN": 1, "TINYINT": 1, "UTINYINT": 1, "SMALLINT": 2, "USMALLINT": 2, "INTEGER": 4, "UINTEGER": 4,
+           "BIGINT": 8, "UBIGINT": 8, "HUGEINT": 16, "UHUGEINT": 16, "FLOAT": 4, "DOUBLE": 8, "DATE": 8,
+           "TIME": 8, "TIMESTAMP": 8, "TIMESTAMP_S": 8, "TIMESTAMP_MS": 8, "TIMESTAMP_NS": 8,
+           "TIMESTAMP WITH TIME ZONE": 8, "INTERVAL": 16, "UUID": 16}
+
+
+def _fixed_width(duckdb_type: str) -> int:
+    """Bytes a value of this type takes in a frame; 0 for a type whose size is its content (text, lists)."""
+    if duckdb_type.startswith("DECIMAL"):
+        return 8
+    return _WIDTHS.get(duckdb_type, 0)
 
 
 def quote_ident(name: str) -> str:
@@ -61,27 +90,63 @@ class SQLSandbox:
     def query(self, sql: str, where: str, relations: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
         """The result of one query, with ``relations`` registered beside the tables while it runs. SQL that
         is not one query, or that reaches for a file or a setting, raises ``UntrustedInputError`` naming
-        ``where``; any other DuckDB error is raised as it is (a broken query is the caller's to word)."""
-        return self._run(sql, where, relations, lambda: self.con.execute(sql).df())
+        ``where``; work past a bound (time, memory, spill, the result's size) raises ``LimitError``; any other
+        DuckDB error is raised as it is (a broken query is the caller's to word)."""
+        return self._run(sql, where, relations, lambda: self._bounded_frame(sql, where))
 
     def columns(self, sql: str, where: str, relations: dict[str, pd.DataFrame] | None = None) -> list[str]:
         """The columns one query returns, bound against the tables without running it (as ``query`` refuses)."""
         return self._run(sql, where, relations, lambda: list(self.con.sql(sql).columns))
+
+    def _bounded_frame(self, sql: str, where: str) -> pd.DataFrame:
+        """The query's result built in DuckDB first (under its memory and spill limits), counted and sized
+        there, and turned into a frame only if that fits the memory bound: DuckDB's limit does not cover the
+        frame, and a query can return billions of rows or a gigabyte a string."""
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {RESULT} AS {sql}")
+        try:
+            types = [row[:2] for row in self.con.execute(f"DESCRIBE {RESULT}").fetchall()]
+            size = [f"count(*) * {sum(_fixed_width(t) for _, t in types) + 8}"]
+            size += [f"coalesce(sum(strlen(CAST({quote_ident(c)} AS VARCHAR))), 0) + count({quote_ident(c)}) * 57"
+                     for c, t in types if _fixed_width(t) == 0]
+            rows, nbytes = self.con.execute(f"SELECT count(*), {' + '.join(size)} FROM {RESULT}").fetchone()
+            check_bytes(nbytes, where, f"the query's result ({rows:,} rows)", result_budget())
+            return self.con.execute(f"SELECT * FROM {RESULT}").df()
+        finally:
+            self.con.execute(f"DROP TABLE IF EXISTS {RESULT}")
 
     def _run(self, sql: str, where: str, relations: dict[str, pd.DataFrame] | None, run):
         check_query(sql, where)
         relations = relations or {}
         for name, df in relations.items():
             self.con.register(name, df)
+        seconds = query_seconds()
+        running = threading.Event()
+        running.set()
+        timer = threading.Timer(seconds, lambda: running.is_set() and self.con.interrupt())
+        timer.daemon = True
+        timer.start()
         try:
             return run()
-        except (duckdb.PermissionException, duckdb.InvalidInputException) as e:
-            text = str(e).splitlines()[0]
-            if isinstance(e, duckdb.InvalidInputException) and "configuration" not in text:
-                raise
-            raise UntrustedInputError(f"{where}: the SQL may only read the database's tables; not allowed: "
-                                      f"{text}") from None
+        except duckdb.InterruptException:
+            raise LimitError(f"{where}: the query ran past {seconds:g} s and was stopped "
+                             f"({QUERY_SECONDS.env} raises the bound)") from None
+        except duckdb.OutOfMemoryException as e:
+            raise LimitError(f"{where}: the query needs more memory than DuckDB's limit "
+                             f"({_first(e)}; {MEMORY.env} or FOURDB_DUCKDB_MEMORY raise it)") from None
+        except duckdb.Error as e:
+            if "max_temp_directory_size" in str(e) or "temp_directory" in str(e):
+                raise LimitError(f"{where}: the query spilled more to disk than the spill bound allows "
+                                 f"({SPILL.env} raises it)") from None
+            if isinstance(e, (duckdb.PermissionException, duckdb.InvalidInputException)):
+                text = _first(e)
+                if isinstance(e, duckdb.InvalidInputException) and "configuration" not in text:
+                    raise
+                raise UntrustedInputError(f"{where}: the SQL may only read the database's tables; not allowed: "
+                                          f"{text}") from None
+            raise
         finally:
+            running.clear()
+            timer.cancel()
             for name in relations:
                 self.con.unregister(name)
                 if name in self.tables:  # a table named like a relation (cutoffs) is the table again
