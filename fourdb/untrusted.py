@@ -61,7 +61,8 @@ MAX_CUTOFFS = Bound("FOURDB_MAX_CUTOFFS", "cutoffs a task may make per split")
 DEFAULT_QUERY_SECONDS = 1800.0
 MEMORY_SHARE = 0.5  # of what this process may use: the rest is fourdb's own (torch, the database's frames)
 DEFAULT_MAX_CUTOFFS = 10_000
-MAX_SPILL_BYTES = 64 * 10**9
+MAX_SPILL_BYTES = 16 * 10**9
+SPILL_SHARE = 0.25  # of the disk's free space
 MAX_FILE_BYTES = {"yaml": 16 * 2**20, "json": 256 * 2**20}  # a schema, task, manifest or record is text
 MAX_NESTING = 64  # how deep a YAML or JSON document from a file may nest
 
@@ -114,8 +115,8 @@ def memory_budget() -> int:
 
 
 def spill_budget(folder: str | Path) -> int:
-    """Bytes a query may spill under ``folder``: ``FOURDB_SPILL``, else half the disk's free space (at most
-    64 GB)."""
+    """Bytes a query may spill under ``folder``: ``FOURDB_SPILL``, else a quarter of the disk's free space (at
+    most 16 GB)."""
     import shutil
 
     raw = SPILL.raw()
@@ -124,7 +125,7 @@ def spill_budget(folder: str | Path) -> int:
     probe = Path(folder)
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    return int(min(shutil.disk_usage(probe).free * 0.5, MAX_SPILL_BYTES))
+    return int(min(shutil.disk_usage(probe).free * SPILL_SHARE, MAX_SPILL_BYTES))
 
 
 def max_cutoffs() -> int:

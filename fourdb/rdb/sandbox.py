@@ -14,6 +14,7 @@ frame, refused past the memory bound (``fourdb.untrusted``).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -22,7 +23,7 @@ import duckdb
 import pandas as pd
 
 from fourdb.errors import UntrustedInputError
-from fourdb.untrusted import LimitError, MEMORY, QUERY_SECONDS, SPILL, check_bytes, memory_budget, query_seconds
+from fourdb.untrusted import LimitError, QUERY_SECONDS, SPILL, check_bytes, memory_budget, query_seconds
 
 QUERY_STATEMENTS = {duckdb.StatementType.SELECT}
 RESULT = '"__fourdb_result"'  # the temp table a query's result is built in before it becomes a frame
@@ -99,54 +100,23 @@ class SQLSandbox:
         return self._run(sql, where, relations, lambda: list(self.con.sql(sql).columns))
 
     def _bounded_frame(self, sql: str, where: str) -> pd.DataFrame:
-        """The query's result built in DuckDB first (under its memory and spill limits), counted and sized
-        there, and turned into a frame only if that fits the memory bound: DuckDB's limit does not cover the
-        frame, and a query can return billions of rows or a gigabyte a string."""
-        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {RESULT} AS {sql}")
-        try:
-            types = [row[:2] for row in self.con.execute(f"DESCRIBE {RESULT}").fetchall()]
-            size = [f"count(*) * {sum(_fixed_width(t) for _, t in types) + 8}"]
-            size += [f"coalesce(sum(strlen(CAST({quote_ident(c)} AS VARCHAR))), 0) + count({quote_ident(c)}) * 57"
-                     for c, t in types if _fixed_width(t) == 0]
-            rows, nbytes = self.con.execute(f"SELECT count(*), {' + '.join(size)} FROM {RESULT}").fetchone()
-            check_bytes(nbytes, where, f"the query's result ({rows:,} rows)", result_budget())
-            return self.con.execute(f"SELECT * FROM {RESULT}").df()
-        finally:
-            self.con.execute(f"DROP TABLE IF EXISTS {RESULT}")
+        return bounded_frame(self.con, sql, where)
 
     def _run(self, sql: str, where: str, relations: dict[str, pd.DataFrame] | None, run):
         check_query(sql, where)
         relations = relations or {}
         for name, df in relations.items():
             self.con.register(name, df)
-        seconds = query_seconds()
-        running = threading.Event()
-        running.set()
-        timer = threading.Timer(seconds, lambda: running.is_set() and self.con.interrupt())
-        timer.daemon = True
-        timer.start()
         try:
-            return run()
-        except duckdb.InterruptException:
-            raise LimitError(f"{where}: the query ran past {seconds:g} s and was stopped "
-                             f"({QUERY_SECONDS.env} raises the bound)") from None
-        except duckdb.OutOfMemoryException as e:
-            raise LimitError(f"{where}: the query needs more memory than DuckDB's limit "
-                             f"({_first(e)}; {MEMORY.env} or FOURDB_DUCKDB_MEMORY raise it)") from None
-        except duckdb.Error as e:
-            if "max_temp_directory_size" in str(e) or "temp_directory" in str(e):
-                raise LimitError(f"{where}: the query spilled more to disk than the spill bound allows "
-                                 f"({SPILL.env} raises it)") from None
-            if isinstance(e, (duckdb.PermissionException, duckdb.InvalidInputException)):
-                text = _first(e)
-                if isinstance(e, duckdb.InvalidInputException) and "configuration" not in text:
-                    raise
-                raise UntrustedInputError(f"{where}: the SQL may only read the database's tables; not allowed: "
-                                          f"{text}") from None
-            raise
+            with bounded(self.con, where):
+                return run()
+        except (duckdb.PermissionException, duckdb.InvalidInputException) as e:
+            text = _first(e)
+            if isinstance(e, duckdb.InvalidInputException) and "configuration" not in text:
+                raise
+            raise UntrustedInputError(f"{where}: the SQL may only read the database's tables; not allowed: "
+                                      f"{text}") from None
         finally:
-            running.clear()
-            timer.cancel()
             for name in relations:
                 self.con.unregister(name)
                 if name in self.tables:  # a table named like a relation (cutoffs) is the table again
@@ -154,6 +124,56 @@ class SQLSandbox:
 
     def close(self) -> None:
         self.con.close()
+
+
+@contextlib.contextmanager
+def bounded(con, where: str):
+    """Run DuckDB work on ``con`` inside this block under the input bounds: interrupted after
+    ``FOURDB_QUERY_SECONDS``, and DuckDB's memory or spill limit reached, as one ``LimitError`` naming
+    ``where``. (DuckDB checks for the interrupt between chunks of work, so a stop comes within seconds.)"""
+    seconds = query_seconds()
+    running = threading.Event()
+    running.set()
+    timer = threading.Timer(seconds, lambda: running.is_set() and con.interrupt())
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    except duckdb.InterruptException:
+        raise LimitError(f"{where}: the query ran past {seconds:g} s and was stopped "
+                         f"({QUERY_SECONDS.env} raises the bound)") from None
+    except duckdb.Error as e:
+        text = _first(e)
+        if "max_temp_directory_size" in text or "offload" in text:
+            raise LimitError(f"{where}: the query needs more memory than DuckDB's limit and more disk to spill "
+                             f"to than the spill bound ({text}; {SPILL.env} or FOURDB_DUCKDB_MEMORY raise "
+                             f"them)") from None
+        if isinstance(e, duckdb.OutOfMemoryException):
+            raise LimitError(f"{where}: the query needs more memory than DuckDB's limit ({text}; "
+                             f"FOURDB_DUCKDB_MEMORY raises it)") from None
+        raise
+    finally:
+        running.clear()
+        timer.cancel()
+        timer.join()  # no thread of ours outlives the query (one still alive at exit aborts the process)
+
+
+def bounded_frame(con, sql: str, where: str, budget: int | None = None) -> pd.DataFrame:
+    """The result of ``sql`` on ``con`` as a frame, built in DuckDB first (under its memory and spill limits),
+    counted and sized there, and turned into a frame only if that fits ``budget`` (default: half the memory
+    bound): DuckDB's limit does not cover the frame, and a query can return billions of rows or a gigabyte a
+    string. Run it inside ``bounded`` for the time limit."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {RESULT} AS {sql}")
+    try:
+        types = [row[:2] for row in con.execute(f"DESCRIBE {RESULT}").fetchall()]
+        size = [f"count(*) * {sum(_fixed_width(t) for _, t in types) + 8}"]
+        size += [f"coalesce(sum(strlen(CAST({quote_ident(c)} AS VARCHAR))), 0) + count({quote_ident(c)}) * 57"
+                 for c, t in types if _fixed_width(t) == 0]
+        rows, nbytes = con.execute(f"SELECT count(*), {' + '.join(size)} FROM {RESULT}").fetchone()
+        check_bytes(nbytes, where, f"the result ({rows:,} rows)", result_budget() if budget is None else budget)
+        return con.execute(f"SELECT * FROM {RESULT}").df()
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {RESULT}")
 
 
 def inside_folder(folder: str | Path, relative: str, where: str, allow_outside: bool = False) -> Path:
