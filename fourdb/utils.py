@@ -90,7 +90,8 @@ def duckdb_connect(database: str = ":memory:", read_only: bool = False):
 
     DuckDB's own default takes 80% of the machine beside the tables fourdb holds, and its allocator
     keeps freed memory; at 100M rows that alone outgrew the machine. The limit is
-    ``FOURDB_DUCKDB_MEMORY`` (DuckDB's syntax, e.g. ``8GB``) or a quarter of the memory this process may use,
+    ``FOURDB_DUCKDB_MEMORY`` (DuckDB's syntax, e.g. ``8GB``) or a quarter of the memory this process may use
+    (half of ``FOURDB_MEMORY`` where that is set),
     spilling under ``<cache>/duckdb_spill`` at most ``FOURDB_SPILL`` (``spill_budget``); freed memory goes back
     to the system.
 
@@ -103,7 +104,7 @@ def duckdb_connect(database: str = ":memory:", read_only: bool = False):
     import duckdb
 
     from fourdb.errors import FourdbError
-    from fourdb.untrusted import memory_available, spill_budget
+    from fourdb.untrusted import memory_available, memory_budget, spill_budget
 
     closed = {"python_enable_replacements": False, "autoinstall_known_extensions": False,
               "autoload_known_extensions": False}
@@ -114,7 +115,8 @@ def duckdb_connect(database: str = ":memory:", read_only: bool = False):
         con.execute(f"SET enable_progress_bar = {str(sys.stdout.isatty()).lower()}")
     except duckdb.Error:  # in Jupyter without ipywidgets DuckDB refuses to touch the setting; keep its default
         pass
-    limit = os.environ.get("FOURDB_DUCKDB_MEMORY") or f"{int(memory_available() * DUCKDB_MEMORY_SHARE) >> 20}MB"
+    own = min(memory_available() * DUCKDB_MEMORY_SHARE, memory_budget() * 0.5)
+    limit = os.environ.get("FOURDB_DUCKDB_MEMORY") or f"{int(own) >> 20}MB"
     try:
         con.execute(f"SET memory_limit = '{limit}'")
     except duckdb.Error as e:
