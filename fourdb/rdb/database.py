@@ -11,11 +11,12 @@ from typing import Callable
 import duckdb
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
 from fourdb.errors import SchemaError
+from fourdb.rdb.files import ParquetSource, read_csv
 from fourdb.rdb.sandbox import SQLSandbox, inside_folder
 from fourdb.rdb.schema import Column, Schema, Table
+from fourdb.untrusted import reading, safe_text
 from fourdb.utils import duckdb_connect, naive_utc
 
 
@@ -30,31 +31,31 @@ def _read_source(folder: Path, table: Table, allow_outside_paths: bool = False
     """A source file's column names, its row count and a reader of one column.
 
     A parquet file is read a column at a time, so loading holds one raw column beside the converted
-    table, never the whole table twice (a 100M-row database would not fit otherwise)."""
-    path = inside_folder(folder, table.source, f"table '{table.name}', source", allow_outside_paths)
+    table, never the whole table twice (a 100M-row database would not fit otherwise). Every read is
+    bounded (``fourdb.rdb.files``): a file that would decode past the memory bound is refused in one line."""
+    where = f"table '{table.name}', source"
+    if not isinstance(table.source, str) or "\x00" in table.source:
+        raise SchemaError(f"{where} {safe_text(table.source)!r}: not a file name (it holds a NUL byte)")
+    path = inside_folder(folder, table.source, where, allow_outside_paths)
     if not path.exists():
         raise SchemaError(f"table '{table.name}': source file '{table.source}' not found in {folder}")
     suffix = path.suffix.lower()
     if suffix not in (".parquet", ".csv", ".tsv"):
         raise SchemaError(f"table '{table.name}': source '{table.source}' must be .parquet or .csv")
-
-    def failed(e: Exception) -> SchemaError:
-        return SchemaError(f"table '{table.name}': cannot read '{table.source}': {e}")
-
-    def column(name: str) -> pd.Series:
-        try:
-            return file.read(columns=[name], use_pandas_metadata=False).column(0).to_pandas()
-        except Exception as e:  # noqa: BLE001 - a column the reader cannot decode is a bad file
-            raise failed(e) from None
-
-    try:
-        if suffix == ".parquet":
-            file = pq.ParquetFile(path)
-            return list(file.schema_arrow.names), file.metadata.num_rows, column
-        frame = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", low_memory=False)
-    except Exception as e:  # noqa: BLE001 - any reader failure is a user-facing bad file
-        raise failed(e) from None
+    where = f"table '{table.name}', source '{safe_text(table.source)}'"
+    if suffix == ".parquet":
+        file = ParquetSource(path, where)
+        return list(file.names), file.num_rows, file.column
+    frame = read_csv(path, where, sep="\t" if suffix == ".tsv" else ",", low_memory=False)
     return list(frame.columns), len(frame), frame.__getitem__
+
+
+def _read_column(table: Table, column: Column, read: Callable[[str], pd.Series]) -> pd.Series:
+    """One column read and converted to its dtype; a value the libraries cannot convert (a year-9999 timestamp
+    past nanoseconds) ends in one line naming the table and column."""
+    with reading(f"table '{table.name}', column '{column.name}' (source '{safe_text(table.source)}')",
+                 "cannot be read or converted"):
+        return _coerce_column(table, column.name, column.dtype, read(column.name))
 
 
 def ascending_integers(values: pd.Series) -> bool:
@@ -179,8 +180,7 @@ class Database:
                     f"datetime, not {tdtype}"
                 )
         # one column read and converted at a time; one block per column (no consolidated copy)
-        out = pd.DataFrame({c.name: _coerce_column(table, c.name, c.dtype, read(c.name)) for c in table.columns},
-                           copy=False)
+        out = pd.DataFrame({c.name: _read_column(table, c, read) for c in table.columns}, copy=False)
         pk = table.primary_key
         if pk is not None:
             nulls = out[pk].isna()
