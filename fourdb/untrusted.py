@@ -287,6 +287,24 @@ def read_json(path: str | Path, where: str | None = None, error: type[FourdbErro
     return load_json(read_text(path, "json", where), where or str(path), error)
 
 
+def check_zip_members(path: str | Path, where: str | None = None, ratio: int = 200) -> None:
+    """Refuse, before anything is inflated, a zip (an ``.npz``) whose members would take more than the memory
+    bound, or one member of which would take over a quarter of it at a ratio past ``ratio``:1 (real columns
+    seldom compress so well at that size; a bomb does)."""
+    import zipfile
+
+    where = where or str(path)
+    budget = memory_budget()
+    with reading(where), zipfile.ZipFile(path) as zf:
+        infos = zf.infolist()
+    check_bytes(sum(i.file_size for i in infos), where, f"its {len(infos)} members inflated", budget)
+    for info in infos:
+        if info.file_size > budget / 4 and info.file_size > ratio * max(info.compress_size, 1):
+            raise LimitError(f"{where}: member {safe_text(info.filename)!r} inflates "
+                             f"{info.file_size / max(info.compress_size, 1):,.0f}:1 to {human_bytes(info.file_size)}, "
+                             f"refused as a compression bomb ({MEMORY.env} raises the bound)")
+
+
 # ---------------------------------------------------------------------------------------- names are text
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")

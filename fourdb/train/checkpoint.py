@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fourdb.untrusted import check_zip_members, load_json
 from fourdb.utils import atomic_write_bytes
 
 log = logging.getLogger("fourdb")
@@ -66,9 +67,10 @@ def load(folder: str | Path | None, key: str | None) -> dict | None:
 
 def read(path: str | Path) -> dict:
     """A checkpoint file's state: tensors and plain values (raises if it is not one)."""
+    check_zip_members(path)  # a run folder can come from elsewhere: nothing inflates past the memory bound
     with np.load(path, allow_pickle=False) as npz:
         arrays = {k: npz[k] for k in npz.files}
-    state = _from_plain(json.loads(arrays.pop("__meta__").tobytes().decode()), arrays)
+    state = _from_plain(load_json(arrays.pop("__meta__").tobytes().decode(), str(path)), arrays)
     if not isinstance(state, dict):
         raise ValueError("not a mapping")
     return state
