@@ -20,6 +20,7 @@ from fourdb.export.tasks import column_names
 from fourdb.rdb.fingerprint import database_fingerprint
 from fourdb.prepare import prepare_run
 from fourdb.tasks import TaskType
+from fourdb.untrusted import read_json, reading
 from fourdb.utils import atomic_output
 
 FORMATS = ("relbench",)
@@ -29,17 +30,18 @@ def export_predictions(run_dir: str | Path, out: str | Path, fmt: str = "relbenc
     """Write the run's test predictions to ``out``; returns what was done, a line each."""
     if fmt not in FORMATS:
         raise FourdbError(f"unknown export format '{fmt}' (choose from {', '.join(FORMATS)})")
+    from fourdb.leaderboard.schema import validate_record
+    from fourdb.leaderboard.verify import run_file
+
     run = Path(run_dir)
     if not (run / "record.json").is_file():
         raise FourdbError(f"{run_dir}: no record.json, so not a run folder")
-    try:
-        record = json.loads((run / "record.json").read_text())
-    except ValueError:
-        raise FourdbError(f"{run_dir}: record.json is not valid JSON") from None
-    path = run / str(record.get("predictions"))
-    if "predictions" not in record or not path.is_file():
+    # the record is data: checked in full (its dataset parameters bounded) before it names anything to build
+    record = validate_record(read_json(run / "record.json"), str(run / "record.json"))
+    if "predictions" not in record:
         raise FourdbError(f"{run_dir}: no predictions.parquet (test predictions); runs save them beside their "
                           f"record.json, so run it again")
+    path = run_file(run, record["predictions"], str(run / "record.json"))  # inside the run folder, or refused
     if not _relbench_evaluates(record.get("task_type")):
         raise FourdbError(f"{run_dir}: a {record['task_type']} task, and RelBench has no evaluator for those")
     run = prepare_run(record["config"], until="database")  # the task and database the run read, as it read them
@@ -48,7 +50,8 @@ def export_predictions(run_dir: str | Path, out: str | Path, fmt: str = "relbenc
         raise FourdbError(f"{run_dir}: task '{spec.name}' has changed since the run, so its test rows may have too")
     if database_fingerprint(db) != record.get("database_fingerprint"):
         raise FourdbError(f"{run_dir}: database '{record['dataset']}' has changed since the run")
-    preds = pd.read_parquet(path)
+    with reading(path):
+        preds = pd.read_parquet(path, columns=["entity", "cutoff", "prediction"])
     if preds.duplicated(["entity", "cutoff"]).any() or len(preds) != record["num_seeds"]["test"]:
         raise FourdbError(f"{path}: expected {record['num_seeds']['test']} test rows, each once; "
                           f"got {len(preds)} ({int(preds.duplicated(['entity', 'cutoff']).sum())} repeated)")

@@ -9,6 +9,13 @@ from __future__ import annotations
 import pandas as pd
 
 from fourdb.metrics import higher_is_better
+from fourdb.untrusted import safe_text
+
+
+def plot_text(value, limit: int = 200) -> str:
+    """Text from a record as a plot label: one line, and a ``$`` shown as itself (matplotlib would read what
+    lies between two as mathtext, and stop on what it cannot parse)."""
+    return safe_text(value, limit).replace("$", r"\$")
 
 
 def curve_points(tables: list[dict]) -> pd.DataFrame:
@@ -22,15 +29,17 @@ def curve_points(tables: list[dict]) -> pd.DataFrame:
         for method, part in frame.groupby(frame["_methods"].str[0], sort=False):
             best = part.sort_values("_val_mean", ascending=ascending, na_position="last").iloc[0]
             rows.append({"method": method, "budget": t["budget"], "train_seeds": int(best["_train_seeds"]),
-                         "test_mean": best["_test_mean"], "test_std": best["_test_std"], "seeds": int(best["seeds"])})
-    points = pd.DataFrame(rows, columns=["method", "budget", "train_seeds", "test_mean", "test_std", "seeds"])
+                         "test_mean": best["_test_mean"], "test_std": best["_test_std"], "seeds": int(best["seeds"]),
+                         "trusted": best["verified"] in ("yes", "committed")})
+    points = pd.DataFrame(rows, columns=["method", "budget", "train_seeds", "test_mean", "test_std", "seeds", "trusted"])
     on = points.groupby("method")["budget"].transform("nunique") if len(points) else pd.Series(dtype=int)
     return points[on >= 2].sort_values(["method", "train_seeds"]).reset_index(drop=True)
 
 
-def order_changes(points: pd.DataFrame, metric: str) -> list[str]:
-    """Per budget, its curve methods best first, when two methods swap places between two budgets that both
-    ran them (so a budget run for only some of the methods cannot hide a swap between the others)."""
+def order_changes(points: pd.DataFrame, metric: str, text=str) -> list[str]:
+    """Per budget, its curve methods (each through ``text``, as shown) best first, when two methods swap places
+    between two budgets that both ran them (so a budget run for only some of the methods cannot hide a swap
+    between the others)."""
     from itertools import combinations
 
     if points.empty:
@@ -41,7 +50,7 @@ def order_changes(points: pd.DataFrame, metric: str) -> list[str]:
     rank = {b: {m: i for i, m in enumerate(o)} for b, o in orders.items()}
     swapped = any((rank[x][m] < rank[x][n]) != (rank[y][m] < rank[y][n])
                   for x, y in combinations(budgets, 2) for m, n in combinations(rank[x].keys() & rank[y].keys(), 2))
-    return [f"{b}: {' > '.join(o)}" for b, o in orders.items()] if swapped else []
+    return [f"{b}: {' > '.join(map(text, o))}" for b, o in orders.items()] if swapped else []
 
 
 def plot_curve(points: pd.DataFrame, title: str, metric: str) -> bytes:
@@ -55,7 +64,8 @@ def plot_curve(points: pd.DataFrame, title: str, metric: str) -> bytes:
     fig, ax = plt.subplots(figsize=(8, 5))
     for method, part in points.groupby("method"):
         ax.errorbar(part["train_seeds"], part["test_mean"], yerr=part["test_std"].fillna(0), marker="o", capsize=3,
-                    label=method + ("" if (part["seeds"] > 1).all() else " (some points 1 seed)"))
+                    label=plot_text(method) + ("" if (part["seeds"] > 1).all() else " (some points 1 seed)")
+                    + ("" if part["trusted"].all() else " (unverified)"))
     ax.set_xscale("log")
     arrow = "higher is better" if higher_is_better(metric) else "lower is better"
     ax.set_xlabel("training seeds (log)")
@@ -69,8 +79,9 @@ def plot_curve(points: pd.DataFrame, title: str, metric: str) -> bytes:
     return buf.getvalue()
 
 
-def task_curves(tables: list[dict]) -> dict[tuple[str, str], dict]:
-    """Per (dataset, task) with a curve: its points, its metric, family and the order changes."""
+def task_curves(tables: list[dict], text=str) -> dict[tuple[str, str], dict]:
+    """Per (dataset, task) with a curve: its points, its metric, family and the order changes (names through
+    ``text``)."""
     by_task: dict[tuple[str, str], list[dict]] = {}
     for t in tables:
         by_task.setdefault((t["dataset"], t["task"]), []).append(t)
@@ -79,5 +90,5 @@ def task_curves(tables: list[dict]) -> dict[tuple[str, str], dict]:
         points = curve_points(ts)
         if len(points):
             out[key] = {"points": points, "metric": ts[0]["metric"], "task_type": ts[0]["task_type"],
-                        "changes": order_changes(points, ts[0]["metric"])}
+                        "changes": order_changes(points, ts[0]["metric"], text)}
     return out

@@ -8,7 +8,9 @@ fourdb checks the file strictly, reads the test labels itself and computes the t
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -30,17 +32,34 @@ def resolved_params(dataset: str, params: dict | None) -> dict:
 
 def load_test_split(dataset: str, task: str, params: dict | None = None):
     """(task, test frame) as fourdb materializes them."""
-    _, t, test = _load(dataset, task, params)
+    _, t, test = materialize(dataset, task, params)
     return t, test
 
 
-def _load(dataset: str, task: str, params: dict | None = None):
-    from fourdb.datasets import load_dataset
+def materialize(dataset: str, task: str, params: dict | None = None):
+    """(database, task, test frame) as fourdb materializes them, to score predictions against; the last few
+    are kept, as the seeds of one setting are checked one after another."""
+    return _materialized(dataset, task, json.dumps(params or {}, sort_keys=True, default=str))
+
+
+@functools.lru_cache(maxsize=2)
+def _materialized(dataset: str, task: str, params: str):
+    from fourdb.datasets import DATASETS, load_dataset
+    from fourdb.leaderboard.schema import check_params
     from fourdb.tasks import load_task
 
-    db = load_dataset(dataset, **(params or {}))
+    if dataset in DATASETS:  # a record's parameters make no more work than their stated bounds
+        check_params(dataset, DATASETS.get(dataset).defaults, json.loads(params), f"dataset {dataset}")
+    db = load_dataset(dataset, **json.loads(params))
     t = load_task(db, dataset, task)
     return db, t, t.split("test")
+
+
+def score(task, test: pd.DataFrame, predictions) -> dict:
+    """The task's metrics of ``predictions`` (aligned to ``test``'s rows) against its test labels."""
+    from fourdb.metrics import evaluate
+
+    return evaluate(task.spec.metrics, test["label"].to_numpy(), predictions, task.split("train")["label"].to_numpy())
 
 
 def prediction_columns(task) -> list[str]:
@@ -143,21 +162,19 @@ def read_predictions(path: str | Path, task, test: pd.DataFrame) -> np.ndarray:
 def external_record(path: str | Path, method: str, dataset: str, task: str, seed: int = 0,
                     params: dict | None = None) -> dict:
     """Check a prediction file and score it against the test labels; returns a run record."""
+    from fourdb.datasets import DATASETS
+    from fourdb.leaderboard.verify import stamp
     from fourdb.rdb.fingerprint import database_fingerprint
-    from fourdb.metrics import evaluate
 
     if not method or not method.strip():
         raise RecordError("--method: give the method a name")
-    from fourdb.datasets import DATASETS
-
-    db, t, test = _load(dataset, task, params)
-    preds = read_predictions(path, t, test)
-    metrics = evaluate(t.spec.metrics, test["label"].to_numpy(), preds, t.split("train")["label"].to_numpy())
+    db, t, test = materialize(dataset, task, params)
+    metrics = score(t, test, read_predictions(path, t, test))
     n = int(len(test))
     # a database folder is named by its folder and found again by its absolute path, as a run records it
     folder = Path(dataset).resolve() if dataset not in DATASETS and Path(dataset).is_dir() else None
     where = {"name": folder.name, "path": str(folder)} if folder else {"name": dataset}
-    return {
+    return stamp({  # scored by fourdb here: verified
         "record_version": SCHEMA_VERSIONS[-1],
         "dataset": where["name"], "task": t.spec.name, "task_spec_hash": t.spec.spec_hash,
         "database_fingerprint": database_fingerprint(db), "task_type": t.spec.task_type, "metric": t.spec.metric,
@@ -169,7 +186,7 @@ def external_record(path: str | Path, method: str, dataset: str, task: str, seed
         "external": True,
         "predictions_sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
         **_environment(),
-    }
+    }, metrics="scored")
 
 
 def _environment() -> dict:

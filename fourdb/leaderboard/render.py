@@ -30,11 +30,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fourdb.errors import FourdbError
+from fourdb.leaderboard.curves import plot_text
 from fourdb.leaderboard.schema import budget_label, protocol_label, same_splits, setting
+from fourdb.leaderboard.store import ROOT_FIELD, graph_names, leaderboard_roots, load_all, record_spec, root_label
+from fourdb.leaderboard.verify import COMMITTED, VERIFIED, certify_verdict, status
 from fourdb.metrics import higher_is_better
 from fourdb.tasks.types import TaskType
-from fourdb.errors import FourdbError
-from fourdb.leaderboard.store import ROOT_FIELD, graph_names, leaderboard_roots, load_all, record_spec, root_label
+from fourdb.untrusted import inside_output, markdown_text, plain_file_name, safe_text
 from fourdb.utils import atomic_write_bytes, atomic_write_text
 
 RANK_RULE = ("Average rank, per family and training budget: over the family's tasks on each dataset's default "
@@ -45,6 +48,13 @@ RANK_RULE = ("Average rank, per family and training budget: over the family's ta
              "themselves (1 best, ties share the better rank) and the ranks are averaged. Methods that ran only "
              "some of the tasks are listed below the table, not ranked.")
 DIRTY_NOTE = "made with uncommitted code changes"
+VERIFIED_NOTE = ("`verified` says whose numbers a row shows: `yes`, fourdb recomputed every seed's test metrics at submit "
+                 "from the predictions file in its run folder (or scored the external CSV itself); `committed`, the "
+                 "boards committed with fourdb, made by `leaderboards/produce.py` from the commit named, whose run "
+                 "folders are not kept, so not recomputed; `no`, the record's own claim, not checked. `certify` says "
+                 "`passed` only where certify's own log in the run folder was checked (or the row is committed); "
+                 "a claim of passing without it shows as `unverified`.")
+CELL_LIMIT = 10_000  # a table cell may list many names (a method's ranks on every task)
 
 BOARDS = tuple(dict.fromkeys(t.family for t in TaskType))  # classification, regression, recommendation
 
@@ -116,12 +126,25 @@ def epochs_cell(records: list[dict]) -> str:
 
 
 def certify_cell(records: list[dict]) -> str:
-    """``fourdb certify``'s verdict over the seeds: passed, FAILED or not run (with counts where they differ)."""
-    verdicts = Counter("not run" if not isinstance(r.get("certify"), dict) else
-                       "passed" if r["certify"].get("passed") else "FAILED" for r in records)
-    if len(verdicts) == 1:
-        return next(iter(verdicts))
-    return ", ".join(f"{v} {verdicts[v]}" for v in ("FAILED", "passed", "not run") if verdicts[v])
+    """``fourdb certify``'s verdict over the seeds: passed, FAILED, unverified (a pass claimed without certify's
+    own output) or not run, with counts where they differ."""
+    return _counted(Counter(map(certify_verdict, records)), ("FAILED", "passed", "unverified", "not run"))
+
+
+def verified_cell(records: list[dict]) -> str:
+    """Whose numbers the seeds are (``verify.status``): yes, committed or no, with counts where they differ."""
+    return _counted(Counter(map(status, records)), (VERIFIED, COMMITTED, "no"))
+
+
+def trusted(cell: str) -> bool:
+    """A row shown as fourdb's own numbers: every seed recomputed, or every seed of the committed boards."""
+    return cell in (VERIFIED, COMMITTED)
+
+
+def _counted(counts: Counter, order: tuple[str, ...]) -> str:
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{v} {counts[v]}" for v in order if counts[v])
 
 
 def commit_cell(records: list[dict]) -> str:
@@ -200,6 +223,7 @@ def aggregate(records: list[dict]) -> list[dict]:
         train, available = rs[0]["num_seeds"].get("train"), (rs[0].get("num_seeds_available") or {}).get("train")
         row["train rows"] = "-" if train is None else f"{train}/{available}" if available not in (None, train) \
             else str(train)
+        row["verified"] = verified_cell(rs)
         row["certify"] = certify_cell(rs)
         row["commit"] = commit_cell(rs)
         row["config"] = chash[:8]
@@ -235,7 +259,7 @@ def aggregate(records: list[dict]) -> list[dict]:
         order = ["rank", "model", "inputs", *(["root"] if roots else []),
                  *(["setting"] if frame["setting"].any() else []), "seeds", f"test {metric}", f"val {metric}", *extra,
                  *(["floor"] if frame["floor"].any() else []), "epochs", "time (s)", "train rows", "test rows",
-                 "certify", "commit", "config"]
+                 "verified", "certify", "commit", "config"]
         frame = frame[order + [c for c in frame.columns if c.startswith("_")]]
         out.append({"dataset": dataset, "task": task, "task_type": first["task_type"], "metric": metric,
                     "protocol": protocol, "budget": budget, "spec_hash": current, "stale": stale, "sanity": sanity,
@@ -298,6 +322,7 @@ class Ranking:
 
 
 def table_name(t: dict) -> str:
+    """A board's name, as text: the renderer that shows it escapes it."""
     return f"{t['dataset']}/{t['task']}" + (f" [{t['protocol']}]" if t["protocol"] else "")
 
 
@@ -312,15 +337,16 @@ def average_ranks(tables: list[dict]) -> dict[tuple[str, str], Ranking]:
         counted = [t for t in family if not t.get("sanity") and not t["protocol"]]
         left_out = [table_name(t) + (" (sanity task)" if t.get("sanity") else "") for t in family
                     if t.get("sanity") or t["protocol"]]
-        # method -> task -> (its best setting's mean test metric, that setting made from uncommitted code)
-        best: dict[str, dict[str, tuple[float, bool]]] = {}
+        # method -> task -> (its best setting's mean test metric, that setting made from uncommitted code, its
+        # verified cell)
+        best: dict[str, dict[str, tuple[float, bool, str]]] = {}
         for t in counted:
             sign = -1.0 if higher_is_better(t["metric"]) else 1.0  # smaller is better after the sign
             for _, row in t["frame"].iterrows():
                 for method in row["_methods"]:
                     have = best.setdefault(method, {}).get(table_name(t))
                     if have is None or sign * row["_test_mean"] < sign * have[0]:
-                        best[method][table_name(t)] = (row["_test_mean"], bool(row["_dirty"]))
+                        best[method][table_name(t)] = (row["_test_mean"], bool(row["_dirty"]), row["verified"])
         tasks = [table_name(t) for t in counted]
         ranked = sorted(m for m, done in best.items() if len(done) == len(tasks))
         ranks: dict[str, dict[str, int]] = {m: {} for m in ranked}
@@ -329,10 +355,11 @@ def average_ranks(tables: list[dict]) -> dict[tuple[str, str], Ranking]:
             values = pd.Series([best[m][name][0] for m in ranked], index=ranked, dtype=float)
             for m, r in values.rank(ascending=not higher_is_better(t["metric"]), method="min").items():
                 ranks[m][name] = int(r)
-        rows = [{"method": m + ("*" if any(dirty for _, dirty in best[m].values()) else ""),
+        rows = [{"method": m + ("*" if any(dirty for _, dirty, _ in best[m].values()) else ""),
                  "average rank": float(np.mean(list(ranks[m].values()))),
-                 "ranks": ", ".join(f"{k}: {v}" for k, v in sorted(ranks[m].items()))} for m in ranked]
-        frame = pd.DataFrame(rows, columns=["method", "average rank", "ranks"])
+                 "ranks": ", ".join(f"{k}: {v}" for k, v in sorted(ranks[m].items())),
+                 "verified": _rank_verified([cell for _, _, cell in best[m].values()])} for m in ranked]
+        frame = pd.DataFrame(rows, columns=["method", "average rank", "ranks", "verified"])
         frame = frame.sort_values(["average rank", "method"]).reset_index(drop=True)
         frame["average rank"] = frame["average rank"].map(lambda x: f"{x:.2f}")
         unranked = {m: sorted(done) for m, done in best.items() if m not in ranks}
@@ -341,9 +368,18 @@ def average_ranks(tables: list[dict]) -> dict[tuple[str, str], Ranking]:
 
 
 
+def _rank_verified(cells: list[str]) -> str:
+    """A method's verified cell over the rows its ranks come from: one value where they agree, else ``no``
+    unless every row is trusted."""
+    if len(set(cells)) == 1:
+        return cells[0]
+    return "yes, committed" if all(map(trusted, cells)) else "no"
+
+
 def markdown_table(frame: pd.DataFrame) -> str:
+    """Every cell as text: nothing from a record becomes markup, a link, HTML or another row."""
     def cell(v):
-        return str(v).replace("|", "\\|").replace("*", "\\*")
+        return markdown_text(v, CELL_LIMIT)
 
     lines = ["| " + " | ".join(map(cell, frame.columns)) + " |",
              "|" + "|".join("---" for _ in frame.columns) + "|"]
@@ -354,7 +390,15 @@ def markdown_table(frame: pd.DataFrame) -> str:
 def _slug(*parts: str) -> str:
     import re
 
-    return "__".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p).strip("-") for p in parts if p)
+    return "__".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p).strip("-").lstrip(".") for p in parts if p)
+
+
+def _plot(plots: Path, name: str, data: bytes, written: set) -> str:
+    """Write a plot named from record names: a plain file name, inside the plots folder."""
+    plain_file_name(name, "plot", "file name")
+    atomic_write_bytes(inside_output(plots, name, "plot"), data)
+    written.add(name)
+    return name
 
 
 def _png(fig) -> bytes:
@@ -372,7 +416,8 @@ def plot_table(t: dict) -> bytes:
     from collections import Counter
 
     frame = t["frame"].iloc[::-1]
-    labels = [f"{m} ({i})" + (f" [{r}]" if r else "") for m, i, r in zip(frame["model"], frame["inputs"], frame["_root"])]
+    labels = [plot_text(f"{m} ({i})" + (f" [{r}]" if r else "")) + ("" if trusted(v) else " (unverified)")
+              for m, i, r, v in zip(frame["model"], frame["inputs"], frame["_root"], frame["verified"])]
     counts = Counter(labels)
     labels = [textwrap.fill(f"{lab} #{c}" if counts[lab] > 1 else lab, 38, subsequent_indent="  ")
               for lab, c in zip(labels, frame["config"])]
@@ -385,7 +430,7 @@ def plot_table(t: dict) -> bytes:
     ax.set_yticks(y, labels, fontsize=8)
     arrow = "higher is better" if higher_is_better(t["metric"]) else "lower is better"
     ax.set_xlabel(f"test {t['metric']} ({arrow}); bar: mean, line: ± std, dots: seeds")
-    ax.set_title(_heading(t))
+    ax.set_title(_heading(t, plot_text))
     if t["metric"] in ("auroc", "accuracy", "macro_f1", "average_precision"):
         lo = np.nanmin([x for v in frame["_test_values"] for x in v if x is not None] + [0.5])
         ax.set_xlim(max(0.0, lo - 0.05), 1.0)
@@ -403,8 +448,8 @@ def plot_ranks(board: str, budget: str, frame: pd.DataFrame) -> bytes:
     frame = frame.iloc[::-1]
     fig, ax = plt.subplots(figsize=(8, 0.8 + 0.6 * len(frame)))
     ax.barh(np.arange(len(frame)), frame["average rank"].astype(float), color="#55a868")
-    ax.set_yticks(np.arange(len(frame)), [textwrap.fill(m, 38, subsequent_indent="  ") for m in frame["method"]],
-                  fontsize=8)
+    labels = [plot_text(m) + ("" if trusted(v) else " (unverified)") for m, v in zip(frame["method"], frame["verified"])]
+    ax.set_yticks(np.arange(len(frame)), [textwrap.fill(m, 38, subsequent_indent="  ") for m in labels], fontsize=8)
     ax.set_xlabel("average rank over tasks (lower is better)")
     ax.set_title(f"{board}: average rank ({budget})")
     data = _png(fig)
@@ -412,16 +457,18 @@ def plot_ranks(board: str, budget: str, frame: pd.DataFrame) -> bytes:
     return data
 
 
-def _heading(t: dict) -> str:
-    return f"{t['dataset']} / {t['task']}" + (f" [{t['protocol']}]" if t["protocol"] else "") + f" ({t['budget']})"
+def _heading(t: dict, text=markdown_text) -> str:
+    """The board's title, each name through ``text`` (markdown_text, safe_text or plot_text, as shown)."""
+    return (f"{text(t['dataset'])} / {text(t['task'])}" + (f" [{text(t['protocol'])}]" if t["protocol"] else "")
+            + f" ({t['budget']})")
 
 
-def _note(t: dict) -> str:
+def _note(t: dict, text=markdown_text) -> str:
     arrow = "higher is better" if higher_is_better(t["metric"]) else "lower is better"
     note = (f"{t['task_type']}; ranked by mean test {t['metric']} ({arrow}); mean ± sample std over seeds; "
             f"task spec hash `{t['spec_hash']}`")
     if t.get("floor"):
-        note += (f"; floor: the best trivial baseline, {t['floor'][0]}, at {t['floor'][1]:.4f}: a model that does "
+        note += (f"; floor: the best trivial baseline, {text(t['floor'][0])}, at {t['floor'][1]:.4f}: a model that does "
                  f"not beat it is marked `below floor`")
     if t.get("sanity"):
         note += "; a sanity task, left out of the average ranks"
@@ -441,6 +488,10 @@ def code_versions(records: list[dict]) -> str:
         extra = f", {dirty[commit]} with uncommitted changes" if dirty[commit] else ""
         parts.append(f"{label} ({n} record{'s' if n != 1 else ''}{extra})")
     return ", ".join(parts)
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(markdown_text(n) for n in names)
 
 
 def _footnote(any_dirty: bool, markdown: bool) -> list[str]:
@@ -476,41 +527,39 @@ def render(root=None) -> Path:
         "`setting` says what sets apart rows of one model and inputs; `epochs` the epochs the seeds trained, of",
         "the most allowed, and the early-stopping patience; `time (s)` the mean wall time of one run (load,",
         "features or graph, fit, evaluate); `train rows` how many training rows it used of those the task has;",
-        "`certify` the verdict of `fourdb certify` (passed, FAILED or not run); `commit` the code the records",
-        f"were made from. A model marked \\* has a record {DIRTY_NOTE}. Add results with",
+        "`certify` the verdict of `fourdb certify` (passed, FAILED, unverified or not run); `commit` the code the",
+        f"records were made from. A model marked \\* has a record {DIRTY_NOTE}. Add results with",
         "`fourdb leaderboard submit RUN_DIR...` (see the project README).", "",
+        VERIFIED_NOTE, "",
         RANK_RULE, "",
     ]
     if len(roots) > 1:
-        lines += [f"Boards read from {', '.join(f'`{root_label(r)}`' for r in roots)}; `root` says where each row "
+        lines += [f"Boards read from {', '.join(markdown_text(root_label(r)) for r in roots)}; `root` says where each row "
                   "comes from, and a method on another root is another method.", ""]
     if records:
         lines += [f"Records from code version(s): {code_versions(records)}.", ""]
     written = set()
     for (board, budget), ranking in ranks.items():
-        over = f"Over {len(ranking.tasks)} task(s): {', '.join(ranking.tasks)}." if ranking.tasks else \
+        over = f"Over {len(ranking.tasks)} task(s): {_names(ranking.tasks)}." if ranking.tasks else \
             "No task on default dataset parameters to average over."
         lines += [f"## {board.capitalize()}: average rank ({budget})", "",
-                  over + (f" Left out: {', '.join(ranking.left_out)}." if ranking.left_out else ""), ""]
+                  over + (f" Left out: {_names(ranking.left_out)}." if ranking.left_out else ""), ""]
         if len(ranking.frame):
             lines += [markdown_table(ranking.frame), ""]
-            name = f"{board}_average_rank__{_slug(budget)}.png"
-            atomic_write_bytes(plots / name, plot_ranks(board, budget, ranking.frame))
-            written.add(name)
+            name = _plot(plots, f"{board}_average_rank__{_slug(budget)}.png", plot_ranks(board, budget, ranking.frame),
+                         written)
             lines += [f"![{board} average rank](plots/{name})", ""]
         elif ranking.tasks:
             lines += ["No method ran all of them.", ""]
         if ranking.unranked:
-            lines += [f"- {line}" for line in ranking.unranked_lines()] + [""]
+            lines += [f"- {markdown_text(line, CELL_LIMIT)}" for line in ranking.unranked_lines()] + [""]
         lines += _footnote(ranking.frame["method"].str.endswith("*").any(), markdown=True)
     if not tables:
         lines += ["No results yet.", ""]
     for t in tables:
         lines += [f"## {_heading(t)}", "", _note(t), "", markdown_table(visible(t["frame"])), ""]
         lines += _footnote(t["frame"]["_dirty"].any(), markdown=True)
-        name = _slug(t["dataset"], t["task"], t["protocol"], t["budget"]) + ".png"
-        atomic_write_bytes(plots / name, plot_table(t))
-        written.add(name)
+        name = _plot(plots, _slug(t["dataset"], t["task"], t["protocol"], t["budget"]) + ".png", plot_table(t), written)
         lines += [f"![{_heading(t)}](plots/{name})", ""]
     lines += curves_section(tables, plots, written)
     lines += [
@@ -535,7 +584,7 @@ def curves_section(tables: list[dict], plots: Path, written: set) -> list[str]:
     changes with the training budget."""
     from fourdb.leaderboard.curves import plot_curve, task_curves
 
-    curves = task_curves(tables)
+    curves = task_curves(tables, markdown_text)
     if not curves:
         return []
     lines = ["## Learning curves", "",
@@ -549,14 +598,13 @@ def curves_section(tables: list[dict], plots: Path, written: set) -> list[str]:
             continue
         lines += [f"### {family.capitalize()}", ""]
         for (dataset, task), c in sorted(mine.items()):
-            lines.append(f"- {dataset}/{task}: " + ("; ".join(c["changes"]) if c["changes"] else
+            lines.append(f"- {markdown_text(dataset)}/{markdown_text(task)}: " + ("; ".join(c["changes"]) if c["changes"] else
                                                       "the same order on every budget"))
         lines.append("")
         for (dataset, task), c in sorted(mine.items()):
-            name = f"curve__{_slug(dataset, task)}.png"
-            atomic_write_bytes(plots / name, plot_curve(c["points"], f"{dataset}/{task}: learning curves", c["metric"]))
-            written.add(name)
-            lines += [f"![{dataset}/{task} learning curves](plots/{name})", ""]
+            title = plot_text(f"{dataset}/{task}: learning curves")
+            name = _plot(plots, f"curve__{_slug(dataset, task)}.png", plot_curve(c["points"], title, c["metric"]), written)
+            lines += [f"![{markdown_text(dataset)}/{markdown_text(task)} learning curves](plots/{name})", ""]
     return lines
 
 
@@ -567,11 +615,14 @@ def show(dataset: str, task: str, root=None) -> str:
     roots = leaderboard_roots(root)
     records = [r for rs in load_all(roots, (dataset, task)).values() for r in rs]
     if not records:
-        raise FourdbError(f"no results for {dataset}/{task} (no records in "
+        raise FourdbError(f"no results for {safe_text(dataset)}/{safe_text(task)} (no records in "
                           f"{', '.join(str(board_path(r, dataset, task)) for r in roots)})")
     blocks = []
     for t in aggregate(records):
-        frame = visible(t["frame"])
-        blocks.append("\n".join([_heading(t), _note(t), "", frame.to_string(index=False),
+        # every cell one printable line: no control character from a record reaches the terminal
+        frame = visible(t["frame"]).map(lambda v: safe_text(v, CELL_LIMIT) if isinstance(v, str) else v)
+        frame.columns = [safe_text(c) for c in frame.columns]
+        blocks.append("\n".join([_heading(t, safe_text), _note(t, safe_text), "", frame.to_string(index=False),
                                   *_footnote(t["frame"]["_dirty"].any(), markdown=False)]).rstrip())
-    return "\n\n".join(blocks) if blocks else f"{dataset}/{task}: all records are of an earlier task version"
+    return "\n\n".join(blocks) if blocks else \
+        f"{safe_text(dataset)}/{safe_text(task)}: all records are of an earlier task version"

