@@ -235,8 +235,8 @@ def test_text_in_numeric_column_is_an_error(tmp_path):
     src = sqlite_file(tmp_path / "shop.sqlite", orders_with(amounts, GOOD_TIMES))
     with pytest.raises(DatabaseImportError) as e:
         import_database(src, tmp_path / "out")
-    assert str(e.value).startswith("table 'orders', column 'amount': value 'abc' (row 17; 3 bad rows) is not "
-                                   "numeric (declared INTEGER)")
+    assert str(e.value).startswith(f"{src}: table 'orders', column 'amount': value 'abc' (row 17; 3 bad rows) is "
+                                   f"not numeric (declared INTEGER)")
     assert "--lenient" in str(e.value) and "\n" not in str(e.value)
     assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == [src]  # no folder, no leftovers
 
@@ -295,7 +295,7 @@ def test_primary_key_with_nulls(tmp_path):
         INSERT INTO users VALUES ('a', 'fr'), ('b', 'de'), (NULL, 'us'), ('c', 'fr'), (NULL, 'de');
         CREATE TABLE orders (order_id INTEGER PRIMARY KEY, user_id TEXT REFERENCES users(id));
         INSERT INTO orders VALUES (1, 'a'), (2, 'c');""")
-    with pytest.raises(DatabaseImportError, match=r"^table 'users', column 'id': declared primary key is null in "
+    with pytest.raises(DatabaseImportError, match=r"shop.sqlite: table 'users', column 'id': declared primary key is null in "
                                                   r"row 3 \(2 null rows\); import with --lenient to drop"):
         import_database(src, tmp_path / "out")
     report = import_database(src, tmp_path / "out", lenient=True)
@@ -318,7 +318,7 @@ def test_primary_key_with_duplicates(tmp_path):
                 "WHERE name = 'users'")
     con.commit()
     con.close()
-    with pytest.raises(DatabaseImportError, match=r"^table 'users', column 'id': declared primary key repeats 'a' "
+    with pytest.raises(DatabaseImportError, match=r"shop.sqlite: table 'users', column 'id': declared primary key repeats 'a' "
                                                   r"in row 3 \(3 duplicate rows\)"):
         import_database(src, tmp_path / "out")
     report = import_database(src, tmp_path / "out", lenient=True)
@@ -362,7 +362,7 @@ def test_cli_error_is_one_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(root)}
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env, timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.splitlines() == ["error: table 'orders', column 'amount': value 'abc' (row 6; 1 bad rows) is "
+    assert done.stderr.splitlines() == [f"error: {src}: table 'orders', column 'amount': value 'abc' (row 6; 1 bad rows) is "
                                         "not numeric (declared INTEGER); import with --lenient to make such values "
                                         "NULL"]
     assert not (tmp_path / "out").exists()

@@ -53,6 +53,7 @@ from fourdb.importers.dtypes import infer_dtype
 from fourdb.importers.keys import infer_foreign_keys, infer_primary_key
 from fourdb.rdb.database import Database, write_database
 from fourdb.rdb.sandbox import refuse_links_out
+from fourdb.untrusted import check_name, reading, safe_text
 from fourdb.utils import atomic_output, atomic_write_text, yaml_text
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
@@ -98,14 +99,24 @@ def import_database(path: str | Path, out: str | Path, name: str | None = None,
     if path.is_dir():
         refuse_links_out(path, allow_outside_paths)
     report = ImportReport(str(path), kind, allow_outside_paths=allow_outside_paths)
-    sources, tasks, dname = fmt.read(path, report)
+    with reading(path):  # a library's error on a malformed file the reader did not word is one line naming it
+        sources, tasks, dname = fmt.read(path, report)
     if not sources:
         raise DatabaseImportError(f"{path}: the database has no tables")
+    for source in sources:  # every table becomes a DuckDB view named in double quotes (schema.yaml refuses one)
+        check_name(source.name, str(path), "table name")
+        if '"' in source.name:
+            raise UntrustedInputError(f"{path}: table name {safe_text(source.name)!r} holds a double quote, which a "
+                                      f"fourdb table name cannot; rename it in the source")
     for tname in tasks:  # a task's name becomes a file name in the output folder: nothing that walks out of it
         if not PLAIN_NAME.fullmatch(str(tname)):
             raise UntrustedInputError(f"{path}: task name {str(tname)!r:.80} is not a plain name (letters, digits, "
                                       f"'_', '-', '.'); not allowed")
-    schema, frames = assemble(name or dname, sources, fmt.infer_keys, report, lenient)
+    try:
+        with reading(path, "cannot convert the database"):
+            schema, frames = assemble(name or dname, sources, fmt.infer_keys, report, lenient)
+    except DatabaseImportError as e:  # its tables' and columns' errors name them; the file too
+        raise DatabaseImportError(f"{path}: {e}" if not str(e).startswith(str(path)) else str(e)) from None
 
     with atomic_output(out, folder=True) as tmp:
         write_database(tmp, schema, frames)
