@@ -12,14 +12,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from fourdb.errors import DatabaseImportError, FourdbError, UntrustedInputError
+from fourdb.errors import DatabaseImportError, UntrustedInputError
 from fourdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
 from fourdb.importers.dtypes import _parse_datetimes
 from fourdb.importers.samples import _samples_task
+from fourdb.rdb.files import read_parquet
 from fourdb.rdb.sandbox import inside_folder
 from fourdb.tasks.types import TaskType
+from fourdb.untrusted import check_bytes, check_name, human_bytes, memory_budget, read_yaml, reading, safe_text
 
 DBB_DTYPES = {"float": "numeric", "category": "category", "datetime": "datetime", "text": "text",
               "timestamp": "datetime"}
@@ -31,20 +32,42 @@ DBB_METRICS = {"auroc": "auroc", "ap": "average_precision", "accuracy": "accurac
 
 
 def _load_dbb_table(folder: Path, source: str, fmt: str, where: str, report: ImportReport) -> dict[str, np.ndarray]:
+    if not isinstance(source, str) or "\x00" in source:
+        raise UntrustedInputError(f"{where}: source {safe_text(source)!r} is not a file name")
     path = inside_folder(folder, source, f"{where}, source", report.allow_outside_paths)
     if not path.exists():
         raise DatabaseImportError(f"{where}: source file '{source}' not found in {folder}")
-    try:
-        if fmt == "parquet":
-            df = pd.read_parquet(path)
-            return {c: df[c].to_numpy() for c in df.columns}
-        if fmt == "numpy":
+    at = f"{where}, source '{safe_text(source)}'"
+    if fmt == "parquet":
+        df = read_parquet(path, at)
+        return {c: df[c].to_numpy() for c in df.columns}
+    if fmt == "numpy":
+        with reading(at):
             return load_plain_npz(path, where)
-    except FourdbError:
-        raise
-    except Exception as e:  # noqa: BLE001 - any reader failure is a bad file
-        raise DatabaseImportError(f"{where}: cannot read '{source}': {e}") from None
-    raise DatabaseImportError(f"{where}: unknown format '{fmt}' (expected parquet or numpy)")
+    raise DatabaseImportError(f"{where}: unknown format {safe_text(fmt)!r} (expected parquet or numpy)")
+
+
+def check_npz(path: Path, where: str) -> None:
+    """Refuse, before a byte is inflated, an ``.npz`` whose members (zip entries) would take more than the memory
+    bound: each member's uncompressed size as its zip entry states it (zipfile reads no more than that), and each
+    array's size as its header states it (numpy allocates that before it reads)."""
+    at = f"{where}: {path.name}"
+    budget, total = memory_budget(), 0
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            ratio = info.file_size / max(info.compress_size, 1)
+            check_bytes(info.file_size, f"{at}, member '{safe_text(info.filename)}'",
+                        f"inflating it ({human_bytes(info.compress_size)} stored, {ratio:,.0f}:1)", budget)
+            total += info.file_size
+            check_bytes(total, at, "inflating its members", budget)
+            if not info.filename.endswith(".npy"):
+                continue
+            with zf.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                shape, _, dtype = np.lib.format._read_array_header(f, version)
+            items = int(np.prod(shape, dtype=object)) if shape else 1
+            check_bytes(items * max(dtype.itemsize, 1), f"{at}, column '{safe_text(info.filename[:-4])}'",
+                        f"its array {shape} of {dtype}", budget)
 
 
 # What a pickled array of plain values needs to be rebuilt, and nothing else: an array holding any other
@@ -66,6 +89,7 @@ def load_plain_npz(path: Path, where: str) -> dict[str, np.ndarray]:
     with pickling off, and object arrays (4DBInfer's strings and categories) through an unpickler that
     rebuilds arrays of plain values (str, bytes, numbers, None) only. Anything else is refused in one line
     naming the file and the column."""
+    check_npz(path, where)
     out = {}
     with np.load(path, allow_pickle=False) as npz, zipfile.ZipFile(path) as zf:
         for key in npz.files:
@@ -126,26 +150,61 @@ def _dbb_frame(data: dict[str, np.ndarray], columns: list[dict], where: str,
     return pd.DataFrame(frame), dtypes, links
 
 
+def _mapping(value, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise DatabaseImportError(f"{where}: expected a mapping of fields, got {type(value).__name__}")
+    return value
+
+
+def _listed(value, where: str, of: str) -> list[dict]:
+    """A list of mappings from metadata.yaml (tables, columns, tasks), each checked; missing is empty."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DatabaseImportError(f"{where}: expected a list of {of}, got {type(value).__name__}")
+    return [_mapping(v, f"{where} #{i + 1}") for i, v in enumerate(value)]
+
+
+def _text(value, where: str, noun: str) -> str:
+    """A name from metadata.yaml as text (a YAML number is its text), refused if it is anything else."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    return check_name(value, where, noun)
+
+
 def _read_4dbinfer(folder: Path, report: ImportReport) -> tuple[list[SourceTable], dict[str, dict], str]:
-    try:
-        meta = yaml.safe_load((folder / "metadata.yaml").read_text()) or {}
-    except yaml.YAMLError as e:
-        raise DatabaseImportError(f"{folder}/metadata.yaml: not valid YAML ({e.__class__.__name__})") from None
-    if not isinstance(meta, dict) or not meta.get("tables"):
-        raise DatabaseImportError(f"{folder}/metadata.yaml: no tables declared")
+    where = f"{folder}/metadata.yaml"
+    meta = read_yaml(folder / "metadata.yaml", where, error=DatabaseImportError)
+    meta = _mapping({} if meta is None else meta, where)
+    tables = _listed(meta.get("tables"), f"{where}, tables", "tables")
+    if not tables:
+        raise DatabaseImportError(f"{where}: no tables declared")
+    for tm in tables:
+        tm["columns"] = _listed(tm.get("columns"), f"{where}, table '{safe_text(tm.get('name'))}', columns",
+                                "columns")
+        for c in tm["columns"]:
+            c["name"] = _text(c.get("name"), f"{where}, table '{safe_text(tm.get('name'))}'", "column name")
+    tasks_meta = _listed(meta.get("tasks"), f"{where}, tasks", "tasks")
+    for tm in tasks_meta:
+        tm["columns"] = _listed(tm.get("columns"), f"{where}, task '{safe_text(tm.get('name'))}', columns",
+                                "columns")
+        for c in tm["columns"]:
+            c["name"] = _text(c.get("name"), f"{where}, task '{safe_text(tm.get('name'))}'", "column name")
     sources: dict[str, SourceTable] = {}
-    for i, tm in enumerate(meta["tables"]):
-        tname = str(tm.get("name", f"table{i + 1}"))
-        where = f"table '{tname}'"
-        data = _load_dbb_table(folder, str(tm.get("source", "")), tm.get("format", "parquet"), where, report)
-        frame, dtypes, links = _dbb_frame(data, tm.get("columns") or [], where, report)
-        pks = [str(c["name"]) for c in tm.get("columns") or [] if c.get("dtype") == "primary_key"]
+    for i, tm in enumerate(tables):
+        tname = _text(tm.get("name", f"table{i + 1}"), f"{where}, table #{i + 1}", "table name")
+        where_t = f"table '{tname}'"
+        data = _load_dbb_table(folder, tm.get("source", ""), tm.get("format", "parquet"), where_t, report)
+        frame, dtypes, links = _dbb_frame(data, tm["columns"], where_t, report)
+        pks = [c["name"] for c in tm["columns"] if c.get("dtype") == "primary_key"]
         fks = {}
         for col, link in links.items():
             if "." not in link:
-                raise DatabaseImportError(f"{where}, column '{col}': foreign_key without link_to: Table.column")
+                raise DatabaseImportError(f"{where_t}, column '{col}': foreign_key without link_to: Table.column")
             fks[col] = tuple(link.split(".", 1))
-        sources[tname] = SourceTable(tname, frame, {}, pks[0] if pks else None, fks, dtypes, tm.get("time_column"))
+        time_column = tm.get("time_column")
+        time_column = None if time_column is None else _text(time_column, where_t, "time_column")
+        sources[tname] = SourceTable(tname, frame, {}, pks[0] if pks else None, fks, dtypes, time_column)
     # 4DBInfer lets a foreign key point to a table that is not stored; make it from the referenced values
     for ref_t, ref_c in sorted({r for t in list(sources.values()) for r in t.foreign_keys.values()}):
         if ref_t not in sources:
@@ -156,7 +215,7 @@ def _read_4dbinfer(folder: Path, report: ImportReport) -> tuple[list[SourceTable
                                 f"distinct keys that point to it")
     dname = str(meta.get("dataset_name") or folder.name)
     tasks: dict[str, dict] = {}
-    for tm in meta.get("tasks") or []:
+    for tm in tasks_meta:
         converted = _dbb_task(folder, tm, sources, dname, report)
         if converted is not None:
             table, spec = converted
@@ -199,7 +258,7 @@ def _dbb_task(folder: Path, tm: dict, sources: dict[str, SourceTable], dname: st
             return None
     splits = {}
     for split, fourdb_split in (("train", "train"), ("validation", "val"), ("test", "test")):
-        data = _load_dbb_table(folder, str(tm["source"]).replace("{split}", split), tm.get("format", "parquet"),
+        data = _load_dbb_table(folder, str(tm.get("source", "")).replace("{split}", split), tm.get("format", "parquet"),
                                f"4DBInfer task '{name}'", report)
         frame, dtypes, _ = _dbb_frame(data, cols, f"4DBInfer task '{name}'", report)
         splits[fourdb_split] = frame
@@ -249,7 +308,7 @@ def _retrieval_task(folder: Path, tm: dict, sources: dict[str, SourceTable], dna
     label = tm.get("key_prediction_label_column") or "label"
     splits = {}
     for split, ours in (("train", "train"), ("validation", "val"), ("test", "test")):
-        data = _load_dbb_table(folder, str(tm["source"]).replace("{split}", split), tm.get("format", "parquet"),
+        data = _load_dbb_table(folder, str(tm.get("source", "")).replace("{split}", split), tm.get("format", "parquet"),
                                f"4DBInfer task '{name}'", report)
         missing = [c for c in (source_key, target, tcol) if c not in data]
         if missing or (ours != "train" and label not in data):

@@ -2,34 +2,54 @@
 and node tasks in ``tasks/<task>/{train,val,test}.parquet`` converted to fourdb tasks (see ``samples``)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from fourdb.errors import DatabaseImportError
+from fourdb.errors import DatabaseImportError, FourdbError
 from fourdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
 from fourdb.importers.dtypes import _is_nested
 from fourdb.importers.samples import _samples_task
+from fourdb.rdb.files import read_parquet
 from fourdb.tasks.types import TaskType
+from fourdb.untrusted import check_name, load_json, reading
 
 RELBENCH_KEYS = (b"fkey_col_to_pkey_table", b"pkey_col", b"time_col")
 
 
-def _relbench_meta(path: Path) -> dict | None:
+def _relbench_meta(path: Path, strict: bool = False) -> dict | None:
+    """The keys and time column a RelBench parquet file's metadata holds, or None where it holds none. A file
+    that is not readable parquet, or whose metadata is not valid JSON, is None when only recognising a folder and
+    one line naming the file when reading it (``strict``)."""
     import pyarrow.parquet as pq
 
+    where = f"{path}: RelBench metadata"
     try:
-        meta = pq.read_schema(path).metadata or {}
-    except Exception:  # noqa: BLE001 - not a readable parquet file
+        with reading(path):
+            meta = pq.read_schema(path).metadata or {}
+        if not any(k in meta for k in RELBENCH_KEYS):
+            return None
+        return {k.decode(): load_json(meta[k], f"{where} '{k.decode()}'", DatabaseImportError) if k in meta
+                else None for k in RELBENCH_KEYS}
+    except FourdbError:
+        if strict:
+            raise
         return None
-    if not any(k in meta for k in RELBENCH_KEYS):
-        return None
-    try:
-        return {k.decode(): json.loads(meta[k].decode()) if k in meta else None for k in RELBENCH_KEYS}
-    except (ValueError, UnicodeDecodeError):
-        return None
+
+
+def _checked_meta(meta: dict, path: Path) -> dict:
+    """RelBench's metadata in the shapes it has: foreign keys a mapping of column -> table, the key and time
+    column names."""
+    fkeys = meta.get("fkey_col_to_pkey_table") or {}
+    if not isinstance(fkeys, dict) or not all(isinstance(v, str) for v in fkeys.values()):
+        raise DatabaseImportError(f"{path}: RelBench metadata 'fkey_col_to_pkey_table' is not a mapping of "
+                                  f"column -> table")
+    where = f"{path}: RelBench metadata"
+    return {"fkey_col_to_pkey_table": {check_name(str(c), where, "column name"): check_name(t, where, "table name")
+                                       for c, t in fkeys.items()},
+            "pkey_col": None if meta.get("pkey_col") is None else check_name(meta["pkey_col"], where, "pkey_col"),
+            "time_col": None if meta.get("time_col") is None else check_name(meta["time_col"], where, "time_col")}
 
 
 def _relbench_db_folder(path: Path) -> Path | None:
@@ -44,11 +64,11 @@ def _read_relbench(path: Path, report: ImportReport) -> tuple[list[SourceTable],
     db_folder = _relbench_db_folder(path)
     raw = {}
     for f in sorted(db_folder.glob("*.parquet")):
-        meta = _relbench_meta(f)
+        meta = _relbench_meta(f, strict=True)
         if meta is None:
             report.notes.append(f"{f.name}: no RelBench key metadata; imported with no keys")
             meta = {"fkey_col_to_pkey_table": {}, "pkey_col": None, "time_col": None}
-        raw[f.stem] = (pd.read_parquet(f), meta)
+        raw[f.stem] = (read_parquet(f, str(f)), _checked_meta(meta, f))
     sources = []
     for tname, (df, meta) in raw.items():
         fks = {}
@@ -80,7 +100,8 @@ def _relbench_task(tdir: Path, tables: dict[str, SourceTable], dname: str,
     if not all(f.exists() for f in files.values()):
         report.notes.append(f"{skip} it needs train.parquet, val.parquet and test.parquet")
         return None
-    meta = _relbench_meta(files["train"]) or {}
+    meta = _relbench_meta(files["train"], strict=True)
+    meta = {} if meta is None else _checked_meta(meta, files["train"])
     fkeys, time_col = meta.get("fkey_col_to_pkey_table") or {}, meta.get("time_col")
     if len(fkeys) != 1 or not time_col:
         report.notes.append(f"{skip} it has {len(fkeys)} entity columns and time column {time_col!r}; only node "
@@ -90,7 +111,7 @@ def _relbench_task(tdir: Path, tables: dict[str, SourceTable], dname: str,
     if entity not in tables or tables[entity].primary_key is None:
         report.notes.append(f"{skip} its entity table '{entity}' is missing or has no primary key")
         return None
-    splits = {s: pd.read_parquet(f) for s, f in files.items()}
+    splits = {s: read_parquet(f, str(f)) for s, f in files.items()}
     targets = [c for c in splits["train"].columns if c not in (key, time_col)]
     if len(targets) != 1:
         report.notes.append(f"{skip} it has {len(targets)} target columns ({', '.join(targets)}); one is needed")

@@ -22,13 +22,14 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from fourdb.errors import DatabaseImportError, FourdbError
 from fourdb.importers.base import IMPORTERS, Format, ImportReport, Imported, SourceTable
 from fourdb.importers.samples import _samples_task
+from fourdb.rdb.files import read_parquet
 from fourdb.rdb.sandbox import SQLSandbox, inside_folder
 from fourdb.tasks.types import TaskType
+from fourdb.untrusted import LimitError, check_name, read_yaml
 
 MANIFEST = "manifest.yaml"
 RELBENCH_TASK_TYPES = ("binary_classification", "multiclass_classification", "regression", "recommendation",
@@ -46,14 +47,8 @@ def _detect(path: Path) -> bool:
 
 
 def _load_yaml(path: Path) -> dict:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatabaseImportError(f"{path}: cannot be read ({e.__class__.__name__})") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise DatabaseImportError(f"{path}: not valid YAML{at}") from None
+    """A manifest as plain data (aliases refused, size and nesting bounded), which must be a mapping."""
+    raw = read_yaml(path, str(path), error=DatabaseImportError)
     if not isinstance(raw, dict):
         raise DatabaseImportError(f"{path}: expected a mapping of manifest fields, got {type(raw).__name__}")
     return raw
@@ -82,7 +77,10 @@ def _read_relbench3(path: Path, report: ImportReport) -> Imported:
     specs = meta.get("tables")
     if not isinstance(specs, dict) or not specs:
         raise DatabaseImportError(f"{where}, tables: missing, or not a mapping of table -> pkey, time_col, fkeys")
-    tables = {str(name): _read_table(path, str(name), spec, where) for name, spec in specs.items()}
+    tables = {}
+    for name, spec in specs.items():  # a table's name becomes a file name: text with no NUL or control character
+        name = check_name(str(name), f"{where}, tables", "table name")
+        tables[name] = _read_table(path, name, spec, where)
     frames = {name: df for name, (df, _) in tables.items()}
     specs = {name: spec for name, (_, spec) in tables.items()}
     for name, spec in specs.items():
@@ -133,10 +131,7 @@ def _read_table(path: Path, name: str, spec, where: Path) -> tuple[pd.DataFrame,
     file = inside_folder(path, f"db/{name}.parquet", at)  # a table's name is no path out of the folder
     if not file.exists():
         raise DatabaseImportError(f"{at}: no file db/{name}.parquet")
-    try:
-        df = pd.read_parquet(file)
-    except Exception as e:  # noqa: BLE001 - any reader failure is a bad file
-        raise DatabaseImportError(f"{file}: cannot read the parquet file ({str(e).splitlines()[0]})") from None
+    df = read_parquet(file, str(file))
     for col in df.columns:  # DuckDB cannot reliably read pandas' string dtype, as RelBench notes
         if isinstance(df[col].dtype, pd.StringDtype):
             df[col] = df[col].astype(object)
@@ -371,9 +366,11 @@ def _external(tm: dict, tfile: Path, base: dict, stamps: tuple[str, str], remove
         report.notes.append(f"{skip} it needs train.parquet, val.parquet and test.parquet")
         return None
     try:
-        splits = {s: pd.read_parquet(f) for s, f in files.items()}
-    except Exception as e:  # noqa: BLE001 - any reader failure is a bad file
-        report.notes.append(f"{skip} its labels cannot be read ({str(e).splitlines()[0]})")
+        splits = {s: read_parquet(f, str(f)) for s, f in files.items()}
+    except LimitError:  # past a bound is refused, not left out: the folder asks for more than fourdb gives
+        raise
+    except FourdbError as e:
+        report.notes.append(f"{skip} its labels cannot be read ({e})")
         return None
     if tm.get("evaluator"):
         report.notes.append(f"RelBench task '{name}': its '{tm['evaluator']}' scoring protocol is not reproduced; "
