@@ -14,6 +14,7 @@ import pandas as pd
 
 from fourdb.errors import TaskError
 from fourdb.rdb import Database
+from fourdb.rdb.files import read_parquet
 from fourdb.rdb.sandbox import inside_folder
 from fourdb.tasks import fields
 from fourdb.tasks.kinds import TASK_KINDS, rows_of
@@ -104,10 +105,8 @@ def with_candidates(spec, db: Database, frame: pd.DataFrame) -> pd.DataFrame:
                          db.allow_outside_paths)
     if not path.exists():
         raise TaskError(f"task '{spec.name}': candidates file {path} not found")
-    try:
-        listed = pd.read_parquet(path, columns=[spec.source_column, spec.cutoff_column, spec.destination_column])
-    except Exception as e:  # noqa: BLE001 - any reader failure is a bad file
-        raise TaskError(f"task '{spec.name}': cannot read candidates {path}: {str(e).splitlines()[0]}") from None
+    listed = read_parquet(path, f"task '{spec.name}', candidates {path}",  # bounded: the file is input
+                          [spec.source_column, spec.cutoff_column, spec.destination_column])
     listed.columns = ["entity", "time", "dst"]
     listed["cutoff"] = pd.to_datetime(listed["time"]).astype("datetime64[ns]") - pd.Timedelta(1, "ns")
     listed["row"] = rows_of(db, spec.destination_table, listed["dst"])
