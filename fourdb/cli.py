@@ -47,7 +47,7 @@ def _hydra_run(argv: list[str], plan_png: str | None = None, plan: bool = False)
         from fourdb.launch import exit_rank, launch, needs_launch, quiet_other_ranks
         from fourdb.prepare import clear_launch, read_launch
 
-        out_dir = HydraConfig.get().runtime.output_dir
+        out_dir = output_dir(HydraConfig.get())
         if plan:
             from fourdb.plan import plan_run
 
@@ -87,11 +87,30 @@ def _hydra_run(argv: list[str], plan_png: str | None = None, plan: bool = False)
         return record["metrics"]["val"][record["metric"]]
 
     OmegaConf.register_new_resolver("metric_direction", metric_direction, replace=True)
+    OmegaConf.register_new_resolver("fourdb_output_dir", lambda *, _root_: output_dir(_root_.hydra), replace=True)
     try:
-        sys.argv = ["fourdb run", *_folder_dataset(argv)]
+        sys.argv = ["fourdb run", *_folder_dataset(argv), *_literal_cwd()]
     except FourdbError as e:  # a mistyped dataset path, found before Hydra starts
         sys.exit(fail(e))
     app()
+
+
+def output_dir(hydra_cfg) -> str:
+    """The run folder, as Hydra stored it: a path, never read as an interpolation. Hydra stores the absolute
+    path of ``hydra.run.dir`` as config text, so a ``${...}`` in the folder's name (or in the current folder's)
+    would be resolved on every read of ``hydra.runtime.output_dir``."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(hydra_cfg.runtime, resolve=False)["output_dir"]
+
+
+def _literal_cwd() -> list[str]:
+    """Where the current folder's path holds ``${``: no ``.hydra`` folder, which Hydra places by resolving the run
+    folder's path (``output_dir``); the run's record and log are written as always."""
+    from fourdb.prepare import literal_text
+
+    cwd = os.getcwd()
+    return ["hydra.output_subdir=null"] if literal_text(cwd) != cwd else []
 
 
 def certify_line(verdict: dict) -> str:
@@ -116,20 +135,26 @@ def metric_direction(dataset, task: str) -> str:
 def _folder_dataset(argv: list[str]) -> list[str]:
     """``dataset=path/to/db`` (a database folder, not a config name) -> the ``folder`` dataset config.
 
-    A value that is neither a dataset config nor a database folder is refused here in one line; Hydra
-    would only say that it has no config ``dataset/<value>``.
+    The folder's path is text, never Hydra syntax: a folder named ``${oc.env:VAR}`` or ``a,b'c`` is passed
+    quoted and escaped (``hydra_text``), so Hydra neither resolves nor splits it, and the run is named by a
+    plain stem of the folder's name. A value that is neither a dataset config nor a database folder is refused
+    here in one line; Hydra would only say that it has no config ``dataset/<value>``.
     """
+    from fourdb.prepare import hydra_text
+    from fourdb.rdb.schema import file_stem
+
     out = []
     for arg in argv:
         key, _, value = arg.partition("=")
         hydra_syntax = any(c in value for c in ",()[]{}$*")  # a sweep, choice(...), an interpolation
         config = "/" not in value and (Path(CONF_DIR) / "dataset" / f"{value}.yaml").exists()
-        if key != "dataset" or not value or hydra_syntax or config:
+        folder = key == "dataset" and value and not config and (Path(value) / "schema.yaml").is_file()
+        if key != "dataset" or not value or config or hydra_syntax and not folder:
             out.append(arg)
-        elif (Path(value) / "schema.yaml").is_file():
-            path = str(Path(value).resolve()).replace("'", "\\'")
-            label = Path(value).resolve().name.replace("'", "\\'")
-            out += ["dataset=folder", f"dataset.name='{label}'", f"dataset.path='{path}'"]
+        elif folder:
+            path = Path(value).resolve()
+            out += ["dataset=folder", f"dataset.name={hydra_text(file_stem(path.name, 'folder'))}",
+                    f"dataset.path={hydra_text(str(path))}"]
         else:  # neither a dataset config nor a database folder: a typo (lahmann) or a wrong path
             from fourdb.datasets import dataset_error
 
@@ -220,6 +245,8 @@ def _describe(args) -> int:
     from fourdb.describe import column_report, report_frame
     from fourdb.leaderboard.cli import _params  # KEY=VALUE as `fourdb leaderboard template` reads them
     from fourdb.rdb.diagram import write_diagram
+    from fourdb.rdb.schema import file_stem
+    from fourdb.untrusted import inside_output
     from fourdb.tasks import find_task, materialize
 
     import yaml
@@ -238,7 +265,9 @@ def _describe(args) -> int:
     frame = report_frame(column_report(db, task, graph=args.graph, depth=depth, primitives=dfs["primitives"]))
     for table, part in frame.groupby("table", sort=False):
         print(f"\n{table}\n{part.drop(columns='table').to_string(index=False)}")
-    paths = write_diagram(db.schema, Path(args.out) / f"{db.schema.name}-schema")
+    # the schema's name is text from schema.yaml: the diagram is named by a plain stem of it, inside --out
+    stem = inside_output(args.out, f"{file_stem(db.schema.name, 'database')}-schema", "describe --out")
+    paths = write_diagram(db.schema, stem)
     print(f"\ndiagram: {', '.join(map(str, paths))}")
     return 0
 

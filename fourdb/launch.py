@@ -26,7 +26,7 @@ from fourdb.engine.cost import Line
 from fourdb.engine.parallel import ParallelPlan, Profile, choose_nproc, machine
 from fourdb.engine.timing import measure_steps, with_threads
 from fourdb.errors import FourdbError
-from fourdb.prepare import clear_launch, prepare_run, trainer_config, write_launch
+from fourdb.prepare import clear_launch, hydra_text, prepare_run, trainer_config, write_launch
 
 log = logging.getLogger("fourdb")
 # keys this launcher sets for the ranks (the user's values for them are replaced)
@@ -65,7 +65,7 @@ def needs_launch(cfg: DictConfig) -> bool:
 
 
 def _quote(value: str) -> str:
-    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return hydra_text(str(value))  # a path is text: never split, unquoted or resolved by Hydra
 
 
 def torchrun_command(overrides: list[str], out_dir: str, nproc: int, max_restarts: int,

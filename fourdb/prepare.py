@@ -4,6 +4,7 @@ a different task, database, split or model than the run it stands for."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +58,32 @@ class PreparedRun:
         return trainer_config(self.cfg, out_dir, **changes)
 
 
+def literal_text(text: str) -> str:
+    """``text`` as an OmegaConf string that reads back as exactly ``text``: ``${`` in it is text, never an
+    interpolation (a folder's name or a record's value is data: ``${oc.env:VAR}`` in one must not read VAR).
+    OmegaConf reads ``\\${`` as the text ``${``, and halves the backslashes before it."""
+    return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
+
+
+def hydra_text(text: str) -> str:
+    """``text`` as a quoted value of a Hydra override that reads back as exactly ``text``: a quote is ``\\'``
+    and the backslashes before a quote (or the closing one) are doubled, as Hydra's grammar asks; ``${`` is
+    escaped for OmegaConf (``literal_text``), so it is never resolved."""
+    text = literal_text(text)
+    text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text)
+    return f"'{text}'"
+
+
+def literal_config(value):
+    """A run record's config (plain data from a file) with every string kept as it is by OmegaConf."""
+    if isinstance(value, dict):
+        return {k: literal_config(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [literal_config(v) for v in value]
+    return literal_text(value) if isinstance(value, str) else value
+
+
 def run_source(cfg) -> str:
     """The database a run reads: a folder given by path, or a built-in name."""
     return cfg["dataset"].get("path") or cfg["dataset"]["name"]
@@ -68,7 +95,7 @@ def prepare_run(cfg, until: str = "model") -> PreparedRun:
     (also the materialized task, the seeds of each split and the untrained model)."""
     if until not in ("database", "model"):
         raise ValueError(f"until must be 'database' or 'model', got {until!r}")
-    cfg = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
+    cfg = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(literal_config(cfg))
     source = run_source(cfg)
     spec = find_task(source, cfg.task)  # a bad task file fails before the database is loaded or built
     if cfg.get("objective") and not spec.task_type.is_regression:

@@ -19,6 +19,7 @@ from fourdb.export.keys import positions, relbench_tables
 from fourdb.export.tasks import MANIFEST_VERSION, ExportedTask, as_forecast, convertible, external, forecast, stamp
 from fourdb.rdb import Database
 from fourdb.tasks import TASKS_DIR, TaskSpec, find_task
+from fourdb.untrusted import inside_output, plain_file_name
 from fourdb.utils import atomic_output, yaml_text
 
 
@@ -45,6 +46,8 @@ def export_dataset(dataset: str, out: str | Path, params: dict | None = None,
     if dataset not in DATASETS and not (Path(dataset) / "schema.yaml").is_file():
         raise dataset_error(dataset)
     specs = [find_task(dataset, name) for name in (tasks or task_names(dataset))]
+    for spec in specs:  # a task's name is its folder in the export
+        plain_file_name(spec.name, spec.origin or f"task '{spec.name}'", "task name")
     lines = []
     for spec in [s for s in specs if not convertible(s)]:
         lines.append(f"note: task '{spec.name}' left out: RelBench has no evaluator for {spec.task_type} tasks")
@@ -53,6 +56,8 @@ def export_dataset(dataset: str, out: str | Path, params: dict | None = None,
     if any(n > 1 for n in seen.values()):
         raise FourdbError(f"two tasks are named '{next(k for k, n in seen.items() if n > 1)}'")
     db = load_dataset(dataset, allow_outside_paths, **(params or {}))
+    for t in db.schema.tables:  # a table's name is its file in the export
+        plain_file_name(t.name, f"dataset '{dataset}', table '{t.name}'", "table name")
     pos = positions(db)
     tables = relbench_tables(db, pos)
     exported, failed = {}, []
@@ -81,10 +86,10 @@ def export_dataset(dataset: str, out: str | Path, params: dict | None = None,
     exported = list(exported.values())
     with atomic_output(out, folder=True) as tmp:
         for t in tables.schema.tables:
-            _write_parquet(tmp / "db" / f"{t.name}.parquet", tables.tables[t.name])
+            _write_parquet(inside_output(tmp, f"db/{t.name}.parquet", f"table '{t.name}'"), tables.tables[t.name])
         _write_yaml(tmp / "manifest.yaml", _dataset_manifest(tables, dataset, params, val, test))
         for task in exported:
-            _write_task(tmp / "tasks" / task.name, task)
+            _write_task(inside_output(tmp, f"tasks/{task.name}", f"task '{task.name}'"), task)
     for t in db.schema.tables:
         if t.inherited_from:
             lines.append(f"note: table {t.name} takes its time from {', '.join(t.inherited_from)} in fourdb; RelBench "

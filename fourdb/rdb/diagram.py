@@ -34,6 +34,11 @@ def schema_graph(schema: Schema):
     return g
 
 
+def plain(text: str) -> str:
+    """A name as matplotlib draws it literally: ``$`` would start mathematical notation (TeX, parsed)."""
+    return str(text).replace("$", r"\$")
+
+
 def box_text(t: Table) -> str:
     lines = [t.name]
     if t.primary_key:
@@ -89,7 +94,7 @@ def draw_schema(schema: Schema, ax=None):
         fig.subplots_adjust(left=0, right=1, bottom=0, top=1 - TITLE / size[1])  # the layout spans the whole axis
 
     def draw_boxes(zorder):
-        return {t.name: ax.text(*pos[t.name], box_text(t), ha="center", va="center", multialignment="left",
+        return {t.name: ax.text(*pos[t.name], plain(box_text(t)), ha="center", va="center", multialignment="left",
                                 family="monospace", fontsize=FONT, bbox=BOX, zorder=zorder) for t in schema.tables}
 
     # Every box twice: the copy under the arrows places the outlines they are cut at (a box is placed only
@@ -110,13 +115,13 @@ def draw_schema(schema: Schema, ax=None):
             if len(twins) > 1:  # the box says which key points where, unless two point to one table
                 (x0, y0), (x1, y1) = pos[t.name], pos[fk.link_table]
                 # the middle of an arc3 curve lies half its bend off the chord's middle
-                ax.text((x0 + x1) / 2 + rad * (y1 - y0) / 2, (y0 + y1) / 2 - rad * (x1 - x0) / 2, fk.name,
+                ax.text((x0 + x1) / 2 + rad * (y1 - y0) / 2, (y0 + y1) / 2 - rad * (x1 - x0) / 2, plain(fk.name),
                         color=ARROW, fontsize=FONT, ha="center", va="center", zorder=4,
                         bbox=dict(fc="white", ec="none", alpha=0.8))
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.axis("off")
-    ax.set_title(f"{schema.name}: {len(schema.tables)} tables; an arrow points from a foreign key to the table it "
+    ax.set_title(f"{plain(schema.name)}: {len(schema.tables)} tables; an arrow points from a foreign key to the table it "
                  f"references")
     return ax.figure
 

@@ -23,12 +23,12 @@ A database folder holds one data file per table (parquet or CSV) and a ``schema.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from fourdb.errors import SchemaError, did_you_mean  # noqa: F401 (did_you_mean: imported from here too)
+from fourdb.untrusted import check_name, read_yaml
 
 DTYPES = ("numeric", "category", "datetime", "text", "primary_key", "foreign_key")
 FEATURE_DTYPES = ("numeric", "category", "datetime", "text")
@@ -44,6 +44,22 @@ def check_keys(raw: dict, known, where: str, error: type = SchemaError) -> None:
         if key not in known:
             raise error(f"{where}: unknown key '{key}'{did_you_mean(key, known)} "
                               f"(allowed: {', '.join(known)})")
+
+
+def text_name(value, where: str, noun: str) -> str:
+    """A name from schema.yaml as text: a YAML number (a table called 2019) is its text; a list, a mapping, an
+    empty name or one with a NUL or control character is refused in one line (``check_name``)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    return check_name(value, where, noun)
+
+
+def file_stem(name: str, fallback: str) -> str:
+    """A name from input as a file name's stem, where the file is fourdb's own (a diagram, a cache entry): the
+    name itself where it is plain, else with every character outside letters, digits, ``.``, ``_`` and ``-``
+    made ``_`` (no separator, no leading dot, nothing a shell or Hydra reads); ``fallback`` if nothing is left."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).lstrip(".-")
+    return stem or fallback
 
 
 @dataclass
@@ -146,7 +162,7 @@ class Schema:
         for i, t in enumerate(tables_raw):
             if not isinstance(t, dict) or "name" not in t:
                 raise SchemaError(f"{where}: table #{i + 1} has no name")
-            tname = str(t["name"])
+            tname = text_name(t["name"], f"{where}, table #{i + 1}", "table name")
             check_keys(t, TABLE_KEYS, f"{where}, table '{tname}'")
             if '"' in tname:  # every table is a DuckDB view named in double quotes
                 raise SchemaError(f"{where}: table '{tname}': a table name cannot hold a double quote (\")")
@@ -155,10 +171,15 @@ class Schema:
             seen.add(tname)
             if "source" not in t:
                 raise SchemaError(f"table '{tname}': no source file declared")
+            source = text_name(t["source"], f"{where}, table '{tname}'", "source")
             cols = []
             for c in t.get("columns") or []:
                 if not isinstance(c, dict) or "name" not in c or "dtype" not in c:
                     raise SchemaError(f"table '{tname}': every column needs 'name' and 'dtype'")
+                c = {**c, "name": text_name(c["name"], f"{where}, table '{tname}'", "column name")}
+                if c.get("link_to") is not None:
+                    c["link_to"] = text_name(c["link_to"], f"{where}, table '{tname}', column '{c['name']}'",
+                                             "link_to")
                 check_keys(c, COLUMN_KEYS, f"{where}, table '{tname}', column '{c['name']}'")
                 if c["dtype"] not in DTYPES:
                     raise SchemaError(
@@ -172,21 +193,26 @@ class Schema:
                             f"table '{tname}', column '{c['name']}': foreign_key needs "
                             f"link_to: Table.column"
                         )
-                link = c.get("link_to")
-                cols.append(Column(str(c["name"]), c["dtype"], None if link is None else str(link),
-                                   bool(c.get("inferred", False))))
+                cols.append(Column(c["name"], c["dtype"], c.get("link_to"), bool(c.get("inferred", False))))
             if not cols:
                 raise SchemaError(f"table '{tname}': no columns declared")
             if sum(c.dtype == "primary_key" for c in cols) > 1:
                 raise SchemaError(f"table '{tname}': more than one primary_key column")
             time_from = t.get("time_from")
             if time_from is not None:
-                time_from = [str(time_from)] if isinstance(time_from, str) else [str(x) for x in time_from]
+                time_from = [time_from] if isinstance(time_from, str) else time_from
+                if not isinstance(time_from, list):
+                    raise SchemaError(f"table '{tname}': time_from must be a foreign key or a list of them")
+                time_from = [text_name(x, f"{where}, table '{tname}'", "time_from") for x in time_from]
+            time_column = t.get("time_column")
+            if time_column is not None:
+                time_column = text_name(time_column, f"{where}, table '{tname}'", "time_column")
             static = t.get("static", False)
             if not isinstance(static, bool):
                 raise SchemaError(f"table '{tname}': static must be true or false, got {static!r}")
-            tables.append(Table(tname, str(t["source"]), cols, t.get("time_column"), time_from, static))
-        return cls(str(raw.get("name", "database")), tables, policy)
+            tables.append(Table(tname, source, cols, time_column, time_from, static))
+        name = raw.get("name")
+        return cls(text_name("database" if name is None else name, where, "schema name"), tables, policy)
 
     def to_dict(self) -> dict:
         out = {"name": self.name, "on_dangling_foreign_key": self.on_dangling_foreign_key}
@@ -218,11 +244,7 @@ class Schema:
             raise SchemaError(f"{folder}: not a folder")
         if not path.exists():
             raise SchemaError(f"{folder}: no schema.yaml")
-        try:
-            raw = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as e:
-            raise SchemaError(f"{path}: not valid YAML ({e.__class__.__name__})") from None
-        return cls.from_dict(raw, str(path))
+        return cls.from_dict(read_yaml(path, str(path), error=SchemaError), str(path))
 
     def save(self, folder: str | Path) -> None:
         from fourdb.utils import atomic_write_text, yaml_text

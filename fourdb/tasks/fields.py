@@ -8,6 +8,7 @@ from datetime import date
 import pandas as pd
 
 from fourdb.errors import TaskError
+from fourdb.untrusted import check_name, safe_text
 
 # Duration units that pandas.Timedelta and DuckDB's INTERVAL both read, and read alike (a window is used
 # by both). Years and months have no fixed length, so neither reads them as a duration.
@@ -18,13 +19,21 @@ ACCEPTED_UNITS = "w, d/days, h/hours, min/minutes, s/seconds, ms, us"
 _CALENDAR_UNITS = {"y", "Y", "yr", "yrs", "year", "years", "M", "mo", "mon", "mons", "month", "months"}
 
 
+def name(value, field: str, where: str) -> str:
+    """A table, column or task name: text (a YAML number is its text), without NUL or control characters. It is
+    quoted wherever SQL names it and checked as a plain file name wherever it names a file."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    return check_name(value, where, field)
+
+
 def names(value, field: str, where: str) -> list:
-    """A list from YAML, where one name may be written without brackets."""
+    """A list of names from YAML, where one name may be written without brackets."""
     if isinstance(value, str):
-        return [value]
+        value = [value]
     if not isinstance(value, list):
-        raise TaskError(f"{where}: {field} must be a list, e.g. [a, b], got {value!r}")
-    return list(value)
+        raise TaskError(f"{where}: {field} must be a list, e.g. [a, b], got {short(value)}")
+    return [name(v, field, where) for v in value]
 
 
 def column_pairs(value, where: str) -> list[tuple[str, str]]:
@@ -32,8 +41,13 @@ def column_pairs(value, where: str) -> list[tuple[str, str]]:
     if value in (None, ""):
         return []
     if not isinstance(value, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
-        raise TaskError(f"{where}: remove_columns must be a list of [table, column] pairs, got {value!r}")
-    return [(str(t), str(c)) for t, c in value]
+        raise TaskError(f"{where}: remove_columns must be a list of [table, column] pairs, got {short(value)}")
+    return [(name(t, "remove_columns", where), name(c, "remove_columns", where)) for t, c in value]
+
+
+def short(value) -> str:
+    """A value from a file as a short printable line, for an error naming it."""
+    return repr(safe_text(value, 80)) if isinstance(value, str) else safe_text(repr(value), 80)
 
 
 def duration(value, field: str, where: str) -> pd.Timedelta:
@@ -64,10 +78,14 @@ def timestamp(value, field: str, where: str) -> pd.Timestamp:
         except (ValueError, TypeError):
             pass
     if pd.isna(stamp):
-        raise TaskError(f"{where}: {field} '{value}' is not a timestamp, e.g. 2020-10-01 or 2020-10-01 12:00")
+        raise TaskError(f"{where}: {field} '{safe_text(value, 80)}' is not a timestamp, e.g. 2020-10-01 or "
+                        f"2020-10-01 12:00")
     if stamp.tz is not None:  # database times are naive UTC; comparing with an aware one fails later
         raise TaskError(f"{where}: {field} '{value}' has a time zone; write it in UTC without one")
-    return stamp
+    if not pd.Timestamp.min <= stamp <= pd.Timestamp.max:  # times are compared at nanoseconds, as the data's are
+        raise TaskError(f"{where}: {field} '{value}' is outside the times fourdb can hold "
+                        f"({pd.Timestamp.min.date()} to {pd.Timestamp.max.date()})")
+    return stamp.as_unit("ns")
 
 
 def positive_int(value, field: str, where: str) -> int:

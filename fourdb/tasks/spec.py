@@ -26,6 +26,7 @@ from fourdb.tasks import fields
 from fourdb.tasks.fields import DURATION_UNITS  # noqa: F401 - re-exported: the units a window may use
 from fourdb.tasks.kinds import TASK_KINDS, TaskKind
 from fourdb.tasks.types import TASK_TYPES, TaskType, task_type
+from fourdb.untrusted import read_yaml
 from fourdb.utils import stable_hash
 
 DEFAULT_METRICS = {t.value: t.default_metrics for t in TaskType}
@@ -138,10 +139,14 @@ class TaskSpec:
         sanity = raw.get("sanity")
         if sanity is not None and not isinstance(sanity, bool):
             raise TaskError(f"{where}: sanity must be true or false, got {sanity!r}")
+        description = raw.get("description") or ""
+        if not isinstance(description, str):
+            raise TaskError(f"{where}: description must be text, got {type(description).__name__}")
         spec = cls(
-            origin=where, name=need("name"), dataset=raw.get("dataset") or "", kind=kind, task_type=ttype,
-            entity_table=need(kind.table_key), timestamps=ts, metrics=_metrics(raw.get("metrics"), ttype, where),
-            description=raw.get("description") or "", sanity=bool(sanity), raw=raw,
+            origin=where, name=fields.name(need("name"), "name", where), kind=kind, task_type=ttype,
+            dataset=fields.name(raw["dataset"], "dataset", where) if raw.get("dataset") else "",
+            entity_table=fields.name(need(kind.table_key), kind.table_key, where), timestamps=ts,
+            metrics=_metrics(raw.get("metrics"), ttype, where), description=description, sanity=bool(sanity), raw=raw,
             remove_columns=fields.column_pairs(raw.get("remove_columns"), where),
         )
         kind.parse(spec, raw, need, where)
@@ -152,12 +157,7 @@ class TaskSpec:
         path = Path(path)
         if not path.exists():
             raise TaskError(f"task file {path} not found")
-        try:
-            raw = yaml.load(path.read_text(), Loader=_SpecLoader)
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            at = f"line {mark.line + 1}: " if mark is not None else ""
-            raise TaskError(f"{path}: not valid YAML ({at}{getattr(e, 'problem', None) or type(e).__name__})") from None
+        raw = read_yaml(path, str(path), loader=_SpecLoader, error=TaskError)  # no aliases, nesting bounded
         return cls.from_dict(raw or {}, str(path))
 
 

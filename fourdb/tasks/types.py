@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from fourdb.errors import TaskError
+from fourdb.untrusted import first_line, safe_text
 
 
 class TaskType(str, Enum):
@@ -74,18 +75,31 @@ class TaskType(str, Enum):
     # ---- labels -------------------------------------------------------------------------------------
     def coerce(self, labels: pd.Series, task: str) -> tuple[pd.Series, int]:
         """Labels as models read them (0/1, class numbers, floats; a ranking task's lists as they are) and the
-        number of classes (2 where there are no classes)."""
+        number of classes (2 where there are no classes). A label that is not one value of the type's kind (a
+        list, a struct, text for a regression) is refused in one line naming the task."""
+        if self is TaskType.RECOMMENDATION:
+            return labels, 2
+        try:
+            return self._coerce(labels, task)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise TaskError(f"task '{task}': {self} labels must be {_LABEL_KINDS[self]}; {label_problem(labels, e)}") \
+                from None
+
+    def _coerce(self, labels: pd.Series, task: str) -> tuple[pd.Series, int]:
         if self is TaskType.BINARY:
             values = set(pd.unique(labels.to_numpy()))
             if not values <= {0, 1}:
-                raise TaskError(f"task '{task}': binary labels must be 0/1, got {sorted(values)[:5]}")
+                try:
+                    values = sorted(values)
+                except TypeError:  # values of kinds that do not compare (a number and a text)
+                    values = list(values)
+                shown = ", ".join(safe_text(repr(v), 40) for v in values[:5])
+                raise TaskError(f"task '{task}': binary labels must be 0/1, got [{shown}]")
             return labels.astype("int64"), 2
         if self is TaskType.MULTICLASS:
             codes, classes = pd.factorize(labels, sort=True)
             return pd.Series(codes, index=labels.index), len(classes)
-        if self is TaskType.REGRESSION:
-            return labels.astype("float64"), 2
-        return labels, 2
+        return labels.astype("float64"), 2
 
     def out_dim(self, num_classes: int) -> int:
         """A network's outputs per seed."""
@@ -149,6 +163,22 @@ class TaskType(str, Enum):
         if self is TaskType.MULTICLASS:
             return [np.asarray(row, float).tolist() for row in scores]
         return scores
+
+
+_LABEL_KINDS = {TaskType.BINARY: "0 or 1", TaskType.MULTICLASS: "one class each (a number or a text)",
+                TaskType.REGRESSION: "numbers"}
+
+
+def label_problem(labels: pd.Series, error: BaseException) -> str:
+    """What is wrong with a task's labels, for its one-line error: the first that is a list or a struct, else
+    their type and the library's own words."""
+    nested = labels.map(lambda v: isinstance(v, (list, tuple, dict, set, np.ndarray))) if labels.dtype == object \
+        else pd.Series(False, index=labels.index)
+    if nested.any():
+        first = labels[nested].iloc[0]
+        what = "a struct" if isinstance(first, dict) else "a list"
+        return f"a label is {what} ({safe_text(repr(first), 60)}); the SQL must yield one value per seed"
+    return f"got {labels.dtype} labels ({first_line(error)})"
 
 
 _DEFAULT_METRICS = {TaskType.BINARY: ("auroc", "accuracy"), TaskType.MULTICLASS: ("accuracy", "macro_f1"),

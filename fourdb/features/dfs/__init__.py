@@ -75,6 +75,8 @@ from fourdb.features.dfs.plan import (MAX_DEPTH, PRIMITIVES, WHERE_PRIMITIVES, _
 from fourdb.features.dfs.scan import _numpy, asof_positions
 from fourdb.features.single_table import seed_row_features
 from fourdb.rdb import Database
+from fourdb.rdb.schema import file_stem
+from fourdb.untrusted import inside_output
 from fourdb.utils import atomic_output, cache_root, progress as progress_bar, stable_hash
 
 __all__ = ["DFS_VERSION", "MAX_DEPTH", "PRIMITIVES", "WHERE_PRIMITIVES", "asof_positions", "build_plan", "cached_dfs",
@@ -185,7 +187,9 @@ def cached_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int | 
     key = stable_hash(DFS_VERSION, db.schema.to_dict(), data_fingerprint(db), task_hash, seed_table,
                       seeds_hash(seeds), depth, list(primitives), sorted(hidden), args["where"],
                       None if fit_until is None else str(pd.Timestamp(fit_until)))
-    path = cache_root() / "dfs" / f"{seed_table}-d{depth}-{key}.parquet"
+    # the table's name is text from the schema: the file is named by a plain stem of it (the key holds the name)
+    path = inside_output(cache_root() / "dfs", f"{file_stem(seed_table, 'table')}-d{depth}-{key}.parquet",
+                         f"dfs cache of table '{seed_table}'")
     if path.exists():
         log.info("dfs: reading cached features %s", path)
         return pd.read_parquet(path)

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from fourdb.errors import TaskError
 from fourdb.registry import Registry
 from fourdb.tasks.types import TaskType
+from fourdb.untrusted import first_line
 
 if TYPE_CHECKING:
     import numpy as np
@@ -62,6 +64,25 @@ class TaskKind:
 
 
 TASK_KINDS: Registry[TaskKind] = Registry("task kind", package="fourdb.tasks.kinds")
+
+
+def as_times(values, spec: "TaskSpec", column: str) -> pd.Series:
+    """``values`` (a column a task's SQL or table yields) as nanosecond times, or one line naming the task and
+    the column: a time in year 9999 (or 1) does not fit, nor does a value that is no time."""
+    try:
+        return pd.to_datetime(values).astype("datetime64[ns]")
+    except (ValueError, TypeError, OverflowError) as e:  # pandas' OutOfBounds errors are ValueErrors
+        raise TaskError(f"task '{spec.name}': column '{column}' holds a value that is not a time from "
+                        f"{pd.Timestamp.min.date()} to {pd.Timestamp.max.date()} ({first_line(e)})") from None
+
+
+def shifted(times: pd.Series, delta, spec: "TaskSpec", column: str) -> pd.Series:
+    """``times + delta``, or one line naming the task and the column where the sum passes the last time."""
+    try:
+        return times + delta
+    except (OverflowError, ValueError) as e:
+        raise TaskError(f"task '{spec.name}': column '{column}' plus {delta} is past {pd.Timestamp.max} "
+                        f"({first_line(e)})") from None
 
 
 def rows_of(db: "Database", table: str, keys) -> "np.ndarray":

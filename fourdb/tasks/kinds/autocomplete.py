@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from fourdb.errors import TaskError
-from fourdb.tasks.kinds import TASK_KINDS, TaskKind
+from fourdb.tasks import fields
+from fourdb.tasks.kinds import TASK_KINDS, TaskKind, as_times
 from fourdb.tasks.splits import by_time
 
 
@@ -19,7 +20,8 @@ class Autocomplete(TaskKind):
     def parse(self, spec, raw, need, where):
         spec.label = need("label")
         if not isinstance(spec.label, str):
-            raise TaskError(f"{where}: label must be the name of the column to predict, got {spec.label!r}")
+            raise TaskError(f"{where}: label must be the name of the column to predict, got {fields.short(spec.label)}")
+        fields.name(spec.label, "label", where)
 
     def labels(self, spec, db, pk):
         table = db.schema.table(spec.entity_table)
@@ -33,7 +35,7 @@ class Autocomplete(TaskKind):
         frame = frame[frame["cutoff"].notna()]
         val, test = pd.Timestamp(spec.timestamps["val"]), pd.Timestamp(spec.timestamps["test"])
         frame["split"] = by_time(frame["cutoff"], val, test, bound_in_earlier=True)
-        frame["cutoff"] = frame["cutoff"].astype("datetime64[ns]")
+        frame["cutoff"] = as_times(frame["cutoff"], spec, table.time_column)
         frame["label_known_at"] = frame["cutoff"]  # known with the row; the column is removed from every input
         return frame
 

@@ -17,7 +17,7 @@ from fourdb.rdb import Database
 from fourdb.rdb.files import read_parquet
 from fourdb.rdb.sandbox import inside_folder
 from fourdb.tasks import fields
-from fourdb.tasks.kinds import TASK_KINDS, rows_of
+from fourdb.tasks.kinds import TASK_KINDS, as_times, rows_of
 from fourdb.tasks.kinds.window import WindowKind, known_at, window_labels
 from fourdb.tasks.splits import by_time, known_in_time
 from fourdb.tasks.types import TaskType
@@ -36,12 +36,13 @@ class Recommendation(WindowKind):
         if raw.get("sql") in (None, ""):  # a table of timed links: one query per (source, time), no cutoff grid
             spec.window = need("window")
             spec.window_delta = fields.duration(spec.window, "window", where)
-            spec.link_table, spec.cutoff_column = need("table"), need("cutoff_column")
-            spec.source_column, spec.destination_column = need("source_column"), need("destination_column")
-            spec.candidates = raw.get("candidates") or None
+            spec.link_table, spec.cutoff_column = (fields.name(need(k), k, where) for k in ("table", "cutoff_column"))
+            spec.source_column, spec.destination_column = (fields.name(need(k), k, where)
+                                                           for k in ("source_column", "destination_column"))
+            spec.candidates = fields.name(raw["candidates"], "candidates", where) if raw.get("candidates") else None
         else:
             super().parse(spec, raw, need, where)
-        spec.destination_table = need("destination_table")
+        spec.destination_table = fields.name(need("destination_table"), "destination_table", where)
         spec.eval_k = fields.positive_int(need("eval_k"), "eval_k", where)
 
     def labels(self, spec, db, pk):
@@ -92,7 +93,7 @@ def link_queries(spec, db: Database) -> pd.DataFrame:
             raise TaskError(f"task '{spec.name}': table '{table.name}' has no column '{col}'")
     df = db.tables[table.name][list(columns)].dropna()
     df.columns = ["entity", "dst", "time"]
-    df["time"] = pd.to_datetime(df["time"]).astype("datetime64[ns]")
+    df["time"] = as_times(df["time"], spec, spec.cutoff_column)
     out = df.groupby(["entity", "time"], sort=True)["dst"].agg(list).reset_index()
     return pd.DataFrame({"entity": out["entity"], "cutoff": out["time"] - pd.Timedelta(1, "ns"),
                          "label": out["dst"], "label_known_at": out["time"]})

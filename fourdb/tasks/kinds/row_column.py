@@ -7,7 +7,7 @@ import pandas as pd
 from fourdb.errors import FourdbError, TaskError
 from fourdb.rdb.sandbox import check_query
 from fourdb.tasks import fields
-from fourdb.tasks.kinds import TASK_KINDS, TaskKind
+from fourdb.tasks.kinds import TASK_KINDS, TaskKind, as_times
 from fourdb.tasks.splits import by_time, known_in_time
 
 
@@ -17,7 +17,7 @@ class RowColumn(TaskKind):
     seed_row_after_cutoff = True
 
     def parse(self, spec, raw, need, where):
-        spec.label, spec.cutoff_column = need("label"), need("cutoff_column")
+        spec.label, spec.cutoff_column = need("label"), fields.name(need("cutoff_column"), "cutoff_column", where)
         spec.where = raw.get("where")
         spec.known_columns = fields.names(need("known_columns"), "known_columns", where)
         for key in ("label", "where"):
@@ -40,8 +40,8 @@ class RowColumn(TaskKind):
             raise
         except Exception as e:  # noqa: BLE001 - a broken expression is a user error
             raise TaskError(f"task '{spec.name}': label SQL failed: {str(e).splitlines()[0]}") from None
-        for col in ("cutoff", "label_known_at"):
-            frame[col] = pd.to_datetime(frame[col]).astype("datetime64[ns]")
+        for col, name in (("cutoff", spec.cutoff_column), ("label_known_at", table.time_column)):
+            frame[col] = as_times(frame[col], spec, name)
         early = frame["label_known_at"] <= frame["cutoff"]
         if early.any():
             raise TaskError(

@@ -23,8 +23,9 @@ from fourdb.rdb import Database
 from fourdb.rdb.sandbox import check_query
 from fourdb.rdb.schema import check_keys
 from fourdb.tasks import fields
-from fourdb.tasks.kinds import TaskKind
+from fourdb.tasks.kinds import TaskKind, as_times, shifted
 from fourdb.tasks.splits import SPLITS, by_time, split_codes
+from fourdb.untrusted import MAX_CUTOFFS, LimitError, first_line, max_cutoffs
 
 RULES = ("fourdb", "relbench")
 OUTPUT_KEYS = ("entity", "cutoff", "label")
@@ -53,7 +54,7 @@ class WindowKind(TaskKind):
         if not isinstance(output, dict):
             raise TaskError(f"{where}: output must map entity, cutoff, label to the SQL's column names")
         check_keys(output, OUTPUT_KEYS, f"{where}, output", error=TaskError)
-        spec.output = {k: str(v) for k, v in output.items()}
+        spec.output = {k: fields.name(v, f"output.{k}", where) for k, v in output.items()}
 
     def labels(self, spec: "TaskSpec", db: Database, pk: str) -> pd.DataFrame:
         """Run the SQL once over every split's cutoffs (a label depends on its own cutoff only), each row in
@@ -77,7 +78,30 @@ class WindowKind(TaskKind):
 
 
 def cutoffs(spec: "TaskSpec", db: Database) -> dict[str, list[pd.Timestamp]]:
-    """The cutoffs of each split of a window task, by ``spec.rule`` (see the module docstring)."""
+    """The cutoffs of each split of a window task, by ``spec.rule`` (see the module docstring). Each split's are
+    counted before they are made: past ``max_cutoffs()`` in a split (a step of a second over a year), the task is
+    refused in one line."""
+    try:
+        return _cutoffs(spec, db)
+    except (OverflowError, ValueError) as e:  # pandas' OutOfBounds errors are ValueErrors
+        raise TaskError(f"task '{spec.name}': its cutoffs run past the times fourdb can hold ({first_line(e)})") \
+            from None
+
+
+def count_cutoffs(first, last, step: pd.Timedelta) -> int:
+    """How many of ``first``, ``first + step``, ... lie at or before ``last`` (``date_range``'s count), without
+    making them."""
+    return 0 if last < first else int((last - first) // step) + 1
+
+
+def check_cutoffs(spec: "TaskSpec", split: str, count: int) -> None:
+    bound = max_cutoffs()
+    if count > bound:
+        raise LimitError(f"task '{spec.name}': the {split} split would have {count:,} cutoffs, over the bound of "
+                         f"{bound:,} per split ({MAX_CUTOFFS.env} raises it; a longer timestamps.step makes fewer)")
+
+
+def _cutoffs(spec: "TaskSpec", db: Database) -> dict[str, list[pd.Timestamp]]:
     ts = spec.timestamps
     val, test = pd.Timestamp(ts["val"]), pd.Timestamp(ts["test"])
     window, step = spec.window_delta, pd.Timedelta(ts["step"])
@@ -85,12 +109,16 @@ def cutoffs(spec: "TaskSpec", db: Database) -> dict[str, list[pd.Timestamp]]:
         return _relbench_cutoffs(spec, db, val, test, window)
     end = pd.Timestamp(ts["end"]) if ts.get("end") else db.max_time
     start = pd.Timestamp(ts["start"]) if ts.get("start") else None
+    max_train = int(ts.get("max_train_cutoffs", 1000))
+    check_cutoffs(spec, "train", max_train if start is None else min(max_train, count_cutoffs(start, val - window, step)))
+    check_cutoffs(spec, "val", count_cutoffs(val, test - window, step))
+    check_cutoffs(spec, "test", count_cutoffs(test, end - window, step))
     train = []
     t = val - window
     while start is None or t >= start:
         train.append(t)
         t -= step
-        if len(train) >= int(ts.get("max_train_cutoffs", 1000)):
+        if len(train) >= max_train:
             break
     val_cuts = list(pd.date_range(val, test - window, freq=step))
     test_cuts = list(pd.date_range(test, end - window, freq=step))
@@ -113,13 +141,18 @@ def _relbench_cutoffs(spec: "TaskSpec", db: Database, val, test, window) -> dict
         raise TaskError(f"task '{spec.name}': val + window ({val + window}) is after the last time up to test")
     if test + window > last:
         raise TaskError(f"task '{spec.name}': test + window ({test + window}) is after the database's last time")
+    check_cutoffs(spec, "train", count_cutoffs(first, val - window, window))
     train = list(pd.date_range(start=val - window, end=first, freq=-window))
     if len(train) < 3:
         raise TaskError(f"task '{spec.name}': {len(train)} training cutoffs back to the first time ({first}); "
                         f"RelBench needs at least 3")
+    # num_eval_timestamps windows, as many as fit: counted first, so a huge one neither overflows nor is made
+    n_val, n_test = min(n, count_cutoffs(val, test - window, window)), min(n, count_cutoffs(test, last - window, window))
+    check_cutoffs(spec, "val", n_val)
+    check_cutoffs(spec, "test", n_test)
     return {"train": sorted(train),
-            "val": list(pd.date_range(val, min(val + window * (n - 1), test - window), freq=window)),
-            "test": list(pd.date_range(test, min(test + window * (n - 1), last - window), freq=window))}
+            "val": list(pd.date_range(val, min(val + window * (n_val - 1), test - window), freq=window)),
+            "test": list(pd.date_range(test, min(test + window * (n_test - 1), last - window), freq=window))}
 
 
 def known_at(db: Database, t) -> Database:
@@ -161,6 +194,6 @@ def window_labels(spec: "TaskSpec", db: Database, times) -> pd.DataFrame:
                         f"missing {missing}")
     out = out[[names["entity"], names["cutoff"], names["label"]]]
     out.columns = ["entity", "cutoff", "label"]
-    out["cutoff"] = pd.to_datetime(out["cutoff"]).astype("datetime64[ns]")
-    out["label_known_at"] = out["cutoff"] + spec.window_delta
+    out["cutoff"] = as_times(out["cutoff"], spec, names["cutoff"])
+    out["label_known_at"] = shifted(out["cutoff"], spec.window_delta, spec, names["cutoff"])
     return out
