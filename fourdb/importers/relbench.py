@@ -20,22 +20,22 @@ RELBENCH_KEYS = (b"fkey_col_to_pkey_table", b"pkey_col", b"time_col")
 
 def _relbench_meta(path: Path, strict: bool = False) -> dict | None:
     """The keys and time column a RelBench parquet file's metadata holds, or None where it holds none. A file
-    that is not readable parquet, or whose metadata is not valid JSON, is None when only recognising a folder and
-    one line naming the file when reading it (``strict``)."""
+    that is not readable parquet is None when only recognising a folder and one line naming the file when reading
+    it (``strict``); metadata that is not valid JSON is that one line either way (the file says it is RelBench's)."""
     import pyarrow.parquet as pq
 
-    where = f"{path}: RelBench metadata"
     try:
         with reading(path):
             meta = pq.read_schema(path).metadata or {}
-        if not any(k in meta for k in RELBENCH_KEYS):
-            return None
-        return {k.decode(): load_json(meta[k], f"{where} '{k.decode()}'", DatabaseImportError) if k in meta
-                else None for k in RELBENCH_KEYS}
     except FourdbError:
         if strict:
             raise
         return None
+    if not any(k in meta for k in RELBENCH_KEYS):
+        return None
+    where = f"{path}: RelBench metadata"
+    return {k.decode(): load_json(meta[k], f"{where} '{k.decode()}'", DatabaseImportError) if k in meta else None
+            for k in RELBENCH_KEYS}
 
 
 def _checked_meta(meta: dict, path: Path) -> dict:
