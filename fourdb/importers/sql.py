@@ -119,9 +119,12 @@ def _sqlite_tables(con: sqlite3.Connection, clock: _Clock, path: Path, report: I
     return names
 
 
-def _sqlite_table(con: sqlite3.Connection, clock: _Clock, path: Path, name: str) -> SourceTable:
-    """One table: its columns (generated ones too) with their SQL types, its declared single-column keys, and
-    its rows, sized in SQLite before they become a frame."""
+def _sqlite_table(con: sqlite3.Connection, clock: _Clock, path: Path, name: str, report: ImportReport) -> SourceTable:
+    """One table: its stored columns with their SQL types, its declared single-column keys, and its rows, sized in
+    SQLite before they become a frame. A VIRTUAL generated column is left out with a note: its values are not in
+    the file but computed on read by an expression it holds (one can make gigabytes a row, and SQLite's printf
+    turns a value past the size bound into NULL silently), and they are a function of the row's stored columns,
+    which are imported."""
     where = f"{path}, table '{safe_text(name)}'"
     table = quote_ident(name)
     with _sqlite_bounded(clock, where):
@@ -130,10 +133,12 @@ def _sqlite_table(con: sqlite3.Connection, clock: _Clock, path: Path, name: str)
         for r in info:
             check_name(r[1], where, "column name")
             if r[6] == COMPUTED_ON_READ:
-                raise UntrustedInputError(
-                    f"{where}, column '{safe_text(r[1])}': a virtual generated column, whose values are not in the "
-                    f"file but computed on read by an expression it holds (SQLite's printf even turns a value past "
-                    f"the size bound into NULL silently); not imported: make it a STORED column or drop it")
+                report.notes.append(f"table '{safe_text(name)}', column '{safe_text(r[1])}' is a virtual generated "
+                                    f"column (computed on read from the row's other columns, not stored in the "
+                                    f"file); not imported")
+        info = [r for r in info if r[6] != COMPUTED_ON_READ]
+        if not info:
+            raise UntrustedInputError(f"{where}: no stored column (only virtual generated ones)")
         pks = [r[1] for r in sorted(info, key=lambda r: r[5]) if r[5] > 0]
         fks: dict[str, tuple[str, str | None]] = {}
         groups: dict[int, list] = {}
@@ -143,7 +148,7 @@ def _sqlite_table(con: sqlite3.Connection, clock: _Clock, path: Path, name: str)
             if len(rows) == 1:
                 fks[rows[0][3]] = (rows[0][2], rows[0][4])
         _check_sqlite_size(con, table, [r[1] for r in info], where)
-        frame = pd.read_sql_query(f"SELECT * FROM {table}", con)
+        frame = pd.read_sql_query(f"SELECT {', '.join(quote_ident(r[1]) for r in info)} FROM {table}", con)
     return SourceTable(name, frame, {r[1]: r[2] or "" for r in info}, pks[0] if len(pks) == 1 else None, fks)
 
 
@@ -161,7 +166,7 @@ def _read_sqlite(path: Path, report: ImportReport) -> list[SourceTable]:
     with reading(path, "cannot read the SQLite database"):
         con, clock = _open_sqlite(path)
     try:
-        return [_sqlite_table(con, clock, path, name) for name in _sqlite_tables(con, clock, path, report)]
+        return [_sqlite_table(con, clock, path, name, report) for name in _sqlite_tables(con, clock, path, report)]
     finally:
         con.close()
 
