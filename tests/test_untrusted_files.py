@@ -334,3 +334,26 @@ def test_duckdb_table_name_that_injects_sql_is_text(tmp_path):
     con.execute(f"INSERT INTO {quoted} VALUES (1, 2.0), (2, 3.0)")
     con.close()
     refused(fourdb(tmp_path, "import", str(tmp_path / "inj.duckdb"), "--out", "out"), "inj.duckdb", "double quote")
+
+
+def test_a_downloaded_task_name_is_never_a_path(tmp_path, monkeypatch):
+    """A RelBench dataset fetched by name lists its own tasks: a task named ``../../x`` is refused before any file
+    is placed, inside or outside the staging folder."""
+    import types
+
+    import relbench
+
+    from fourdb.errors import UntrustedInputError
+    from fourdb.importers.relbench3 import fetch
+
+    (tmp_path / "hub" / "db").mkdir(parents=True)
+    (tmp_path / "hub" / "manifest.yaml").write_text("name: x\n")
+    (tmp_path / "hub" / "task").mkdir()
+    (tmp_path / "hub" / "task" / "train.parquet").write_bytes(b"x")
+    ds = types.SimpleNamespace(dataset_dir=tmp_path / "hub", get_task_names=lambda: ["../../escaped"],
+                               _resolve_task_dir=lambda name: tmp_path / "hub" / "task")
+    monkeypatch.setattr(relbench, "load_dataset", lambda spec: ds)
+    (tmp_path / "staging").mkdir()
+    with pytest.raises(UntrustedInputError, match="cannot be a file name"):
+        fetch("org/repo", tmp_path / "staging")
+    assert not (tmp_path / "escaped").exists() and not list(tmp_path.rglob("escaped"))

@@ -29,7 +29,7 @@ from fourdb.importers.samples import _samples_task
 from fourdb.rdb.files import read_parquet
 from fourdb.rdb.sandbox import SQLSandbox, inside_folder
 from fourdb.tasks.types import TaskType
-from fourdb.untrusted import LimitError, check_name, read_yaml
+from fourdb.untrusted import LimitError, check_name, plain_file_name, read_yaml
 
 MANIFEST = "manifest.yaml"
 RELBENCH_TASK_TYPES = ("binary_classification", "multiclass_classification", "regression", "recommendation",
@@ -455,7 +455,8 @@ def fetch(spec: str, staging: Path) -> Path:
     place(ds.dataset_dir / MANIFEST, staging / MANIFEST)
     for f in sorted((ds.dataset_dir / "db").glob("*.parquet")):
         place(f, staging / "db" / f.name)
-    for name, folder in tasks.items():
+    for name, folder in tasks.items():  # a task's name comes from the download: a file name, never a path
+        name = plain_file_name(name, f"{spec}: task", "task name")
         for f in sorted(Path(folder).iterdir()):
             if f.is_file():
                 place(f, staging / "tasks" / name / f.name)
