@@ -21,6 +21,12 @@ from fourdb.leaderboard.external import external_record, load_test_split
 from fourdb.leaderboard.render import DUCKDB_SQL, render, show
 from fourdb.leaderboard.store import board_path
 from fourdb.tasks import TASKS_DIR, find_task
+from fourdb.untrusted import markdown_text
+
+
+def row(*cells) -> str:
+    """The start of a rendered board row: every cell escaped as the renderer escapes record text."""
+    return "| " + " | ".join(markdown_text(c) for c in cells) + " |"
 
 SMALL = ["dataset=synthetic", "dataset.params.size=150", "task=taste", "trainer.progress=false"]
 REPO = Path(__file__).resolve().parents[1]
@@ -380,12 +386,12 @@ def filled_root(tmp_path_factory, base_record):
 def test_render_writes_readme_with_mean_std_ranks_and_plots(filled_root):
     readme = render(filled_root).read_text()
     assert "## synthetic / taste [size=150]" in readme and "## nycflights13 / arrival-delay" in readme
-    assert "| 1 | other | single_table | 2 | 0.9100 ± 0.0141 |" in readme
-    assert "| 2 | gbdt | single_table | 3 | 0.7000 ± 0.1000 |" in readme
-    assert "12.5000 (1 seed)" in readme and "lower is better" in readme
+    assert row(1, "other", "single_table", 2, "0.9100 ± 0.0141") in readme
+    assert row(2, "gbdt", "single_table", 3, "0.7000 ± 0.1000") in readme
+    assert markdown_text("12.5000 (1 seed)") in readme and "lower is better" in readme
     assert "## Classification: average rank" in readme and "## Regression: average rank" in readme
-    assert ("No task on default dataset parameters to average over. Left out: synthetic/taste [size=150]."
-            in readme)  # a table on other dataset parameters is not in the average ranks
+    assert ("No task on default dataset parameters to average over. Left out: "
+            f"{markdown_text('synthetic/taste [size=150]')}." in readme)  # a table on other dataset parameters is not in the average ranks
     assert "read_json_auto('leaderboards/*/*.jsonl')" in readme
     plots = sorted(p.name for p in (filled_root / "plots").glob("*.png"))
     assert plots == ["nycflights13__arrival-delay__train-all-val-all-seeds.png",
@@ -554,7 +560,7 @@ def test_dirty_records_are_marked_and_the_readme_names_the_code_versions(tmp_pat
     readme = render(tmp_path).read_text()
     assert ("Records from code version(s): `1111111` (3 records, 1 with uncommitted changes), `2222222` (1 record), "
             "unknown commit (1 record).") in readme
-    assert "| 1 | other\\* | single_table | 3 |" in readme and "| 1 | gbdt | single_table | 2 |" in readme
+    assert row(1, "other*", "single_table", 3) in readme and row(1, "gbdt", "single_table", 2) in readme
     assert "\n\\* made with uncommitted code changes\n" in readme
     text = show("synthetic", "taste", tmp_path)
     assert "other*" in text and "gbdt*" not in text and text.endswith("* made with uncommitted code changes")
@@ -592,7 +598,8 @@ def test_average_ranks_leave_out_sanity_tasks_and_rank_over_common_tasks(tmp_pat
     assert [tuple(r) for r in reg.frame[["method", "average rank"]].itertuples(index=False)] == \
         [("B (single_table)", "1.00"), ("A (single_table)", "2.00")]
     readme = render(tmp_path).read_text()
-    assert "- D (single_table): not ranked: ran only 2 of the 3 tasks (not lahman/hall-of-fame)" in readme
+    assert "- " + markdown_text("D (single_table): not ranked: ran only 2 of the 3 tasks (not lahman/hall-of-fame)") \
+        in readme
     assert "sanity tasks left out" in readme and "is ranked only if it ran every one of those tasks" in readme
     assert "a sanity task, left out of the average ranks" in readme
 
@@ -615,8 +622,8 @@ def test_learning_curves_plot_each_method_across_budgets_and_say_where_the_order
     submit(tmp_path, *records)
     readme = render(tmp_path).read_text()
     assert "## Learning curves" in readme and "### Classification" in readme
-    assert ("- synthetic/taste: train 50 / val 30 seeds: A (single_table) > B (single_table); "
-            "train 500 / val 30 seeds: B (single_table) > A (single_table)") in readme
+    ma, mb = markdown_text("A (single_table)"), markdown_text("B (single_table)")
+    assert f"- synthetic/taste: train 50 / val 30 seeds: {ma} > {mb}; train 500 / val 30 seeds: {mb} > {ma}" in readme
     assert (tmp_path / "plots" / "curve__synthetic__taste.png").stat().st_size > 0
     from fourdb.leaderboard.curves import curve_points
     from fourdb.leaderboard.render import all_tables
@@ -628,8 +635,8 @@ def test_learning_curves_plot_each_method_across_budgets_and_say_where_the_order
     # a middle budget run for B alone: the swap of A and B between the outer budgets is still reported
     submit(tmp_path, at("B", 200, 0.85, 0))
     readme = render(tmp_path).read_text()
-    assert ("- synthetic/taste: train 50 / val 30 seeds: A (single_table) > B (single_table); train 200 / val 30 "
-            "seeds: B (single_table); train 500 / val 30 seeds: B (single_table) > A (single_table)") in readme
+    assert (f"- synthetic/taste: train 50 / val 30 seeds: {ma} > {mb}; train 200 / val 30 seeds: {mb}; train 500 / val "
+            f"30 seeds: {mb} > {ma}") in readme
 
 
 def test_a_budget_is_its_own_board_and_its_own_average_rank(tmp_path, base_record):
@@ -676,7 +683,9 @@ def test_a_row_shows_what_sets_it_apart_its_epochs_certify_verdict_and_commit(tm
     patience = base_record["config"]["trainer"]["patience"]
     rows = {(r.model, r.setting): r for r in t["frame"].itertuples()}
     ten, twenty = rows[("sage", "trainer.epochs=10")], rows[("sage", "trainer.epochs=20")]
-    assert (ten.epochs, ten.certify, ten.commit) == (f"4-6 of 10, patience {patience}", "passed", "1111111")
+    # a pass claimed by records with no run folder (so no certify log) to check it against is not shown as passed
+    assert (ten.epochs, ten.certify, ten.commit) == (f"4-6 of 10, patience {patience}", "unverified", "1111111")
+    assert (ten.verified, rows[("gbdt", "")].verified) == ("no", "no")
     assert (twenty.epochs, twenty.certify, twenty.commit) == \
         (f"20 of 20, patience {patience}", "FAILED 1, not run 1", "1111111, 2222222")
     gbdt = rows[("gbdt", "")]  # one setting of its label: nothing to set apart; no epoch trainer
@@ -709,7 +718,7 @@ def test_boards_of_several_roots_side_by_side(tmp_path, base_record):
     assert p.returncode == 0 and p.stdout.strip() == text, p.stderr
     readme = render([mine, theirs]).read_text()
     assert (mine / "README.md").exists() and not (theirs / "README.md").exists()
-    assert f"| 3 | gbdt | single_table | {theirs} |" in readme
+    assert row(3, "gbdt", "single_table", theirs) in readme
     # the committed boards beside one's own: rows from both, the committed ones labelled so
     p = fourdb("leaderboard", "show", "synthetic", "taste", "--root", str(mine), "--with-committed", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
