@@ -184,14 +184,13 @@ class SummaryCallback:
         pass
 
     def on_multirun_end(self, config, **kwargs):
-        import yaml
-
         from fourdb.run import format_records
+        from fourdb.untrusted import read_yaml
 
         paths = sorted(Path(config.hydra.sweep.dir).glob("*/record.json"), key=_job_order)
         records = [json.loads(p.read_text()) for p in paths]
         if records:
-            overrides = [yaml.safe_load((p.parent / ".hydra" / "overrides.yaml").read_text()) or []
+            overrides = [read_yaml(p.parent / ".hydra" / "overrides.yaml") or []
                          if (p.parent / ".hydra" / "overrides.yaml").exists() else [] for p in paths]
             print(f"\nResults ({len(records)} runs, records under {config.hydra.sweep.dir}):")
             print(format_records(records, varying_overrides(overrides)), flush=True)
@@ -229,7 +228,7 @@ def _validate(args) -> int:
         try:  # every task is checked, so one broken task does not hide the others' problems
             task = materialize(find_task(args.folder, name), db, allow_empty_splits=True)
         except FourdbError as e:
-            print(f"error: {e}")
+            print(error_line(e))  # one printable line, whatever the task's text holds
             failed += 1
             continue
         print(f"\n{task_report(task)}")

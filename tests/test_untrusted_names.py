@@ -126,33 +126,42 @@ def test_a_control_character_in_a_name_ends_in_one_line(shop, tmp_path, where):
     assert "\x00" not in err and "\x1b" not in err
 
 
-@pytest.mark.parametrize("name", ["/tmp/{dir}/pwned", "../../../{leaf}", "..", ".hidden", "a\\b"])
+@pytest.mark.parametrize("name", ["ABS/pwned", "../../../pwned", "..", ".pwned", "a\\pwned", "x/../../pwned"])
 def test_a_task_name_never_becomes_a_path_in_export(shop, tmp_path, name):
-    target = tmp_path / "elsewhere"
-    name = name.format(dir=target.relative_to("/tmp") if str(target).startswith("/tmp/") else "x", leaf="pwned")
-    if name.startswith("/tmp/"):
-        name = str(target / "pwned")
-    write_task(shop, name="buys")
+    target = tmp_path / "elsewhere" / "pwned"
+    name = name.replace("ABS/pwned", str(target))
     path = shop / "tasks" / "buys.yaml"
     raw = yaml.safe_load(path.read_text())
     raw["name"] = name
     path.write_text(yaml.safe_dump(raw))
     out = tmp_path / "deep" / "er" / "out"
     p = cli("export-dataset", str(shop), "--out", str(out), cwd=tmp_path)
-    one_error(p, "not allowed")
-    assert not target.exists() and not (tmp_path / "pwned").exists() and not list(tmp_path.rglob("pwned*"))
-    assert not out.exists()
+    one_error(p, "buys.yaml", "task name", "not allowed")
+    assert not target.parent.exists() and not list(tmp_path.rglob("*pwned*")) and not out.exists()
 
 
-@pytest.mark.parametrize("name", ["../../../pwned", "/abs/pwned", "..", "db\\x"])
+@pytest.mark.parametrize("name", ["../../../pwned", "ABS/pwned", "..", "db\\pwned", ".pwned"])
 def test_a_table_name_never_becomes_a_path_in_export(shop, tmp_path, name):
-    if name.startswith("/abs/"):
-        name = str(tmp_path / "elsewhere" / "pwned")
-    edit_schema(shop, lambda raw: rename_table(raw, "orders", name))
+    target = tmp_path / "elsewhere" / "pwned"
+    edit_schema(shop, lambda raw: rename_table(raw, "orders", name.replace("ABS/pwned", str(target))))
     out = tmp_path / "deep" / "er" / "out"
     p = cli("export-dataset", str(shop), "--out", str(out), "--tasks", "buys", cwd=tmp_path)
-    one_error(p, "not allowed")
-    assert not list(tmp_path.rglob("pwned*")) and not out.exists()
+    one_error(p, "table name", "not allowed")
+    assert not target.parent.exists() and not list(tmp_path.rglob("*pwned*")) and not out.exists()
+
+
+def test_odd_but_plain_names_still_export(shop, tmp_path):
+    """A name is text: quotes, spaces, brackets and SQL in a table's or a task's name are kept, and written."""
+    table = "o'rders; DROP TABLE users --[x]"
+    edit_schema(shop, lambda raw: rename_table(raw, "orders", table))
+    sql = GOOD_SQL.replace("LEFT JOIN orders o", 'LEFT JOIN "o\'rders; DROP TABLE users --[x]" o')
+    write_task(shop, sql, name="buys ${" + SECRET_VAR + "} 'x'")
+    out = tmp_path / "out"
+    p = cli("export-dataset", str(shop), "--out", str(out), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert (out / "db" / f"{table}.parquet").is_file()
+    assert (out / "tasks" / ("buys ${" + SECRET_VAR + "} 'x'") / "train.parquet").is_file()
+    no_secret(p, tmp_path)
 
 
 def test_a_schema_name_never_becomes_a_path_in_describe(shop, tmp_path):
@@ -239,3 +248,28 @@ def test_a_label_of_the_wrong_shape_ends_in_one_line(shop, tmp_path, label, task
     except FourdbError as e:
         message = str(e)
         assert "\n" not in message and "buys" in message and "label" in message, message
+
+
+def test_the_cutoff_bound_is_a_setting(shop, monkeypatch):
+    """Each split's cutoffs are counted against FOURDB_MAX_CUTOFFS before any is made; the split is named."""
+    write_task(shop, timestamps={"start": "2021-07-30", "val": "2021-09-01", "test": "2021-10-15",
+                                 "end": "2021-11-20", "step": "1 hour"})
+    spec, db = find_task(str(shop), "buys"), Database.load(shop)
+    monkeypatch.setenv("FOURDB_MAX_CUTOFFS", "300")
+    with pytest.raises(FourdbError, match=r"task 'buys': the val split would have 337 cutoffs, over the bound of 300 "
+                                          r"per split \(FOURDB_MAX_CUTOFFS"):
+        materialize(spec, db)
+    monkeypatch.setenv("FOURDB_MAX_CUTOFFS", "400")
+    assert materialize(spec, db).split("val")["cutoff"].nunique() == 337
+
+
+def test_a_time_out_of_range_from_task_sql_ends_in_one_line(shop, tmp_path):
+    sql = GOOD_SQL.replace("c.cutoff, CAST", "TIMESTAMP '9999-12-31' AS cutoff, CAST").replace(
+        "GROUP BY u.user_id, c.cutoff", "GROUP BY u.user_id")
+    write_task(shop, sql)
+    one_error(cli("validate", str(shop), cwd=tmp_path), "buys", "cutoff")
+
+
+def test_a_list_label_ends_in_one_line_on_run(shop, tmp_path):
+    write_task(shop, GOOD_SQL.replace("CAST(count(o.order_id) > 0 AS INTEGER) AS label", "[1, 2] AS label"))
+    one_error(cli("run", f"dataset={shop}", "task=buys", "model=prior", cwd=tmp_path), "task 'buys'", "a list")
