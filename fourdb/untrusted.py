@@ -357,13 +357,16 @@ def safe_text(value, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;", "'": "&#39;"}
-_MARKDOWN = re.compile(r"[\\`*_{}\[\]()#+!|~<>&\"']")
+_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+# what Markdown or HTML reads as structure: a link or image ([, ]), raw HTML (<, >, &), a table cell's end (|),
+# code (`) and the escape itself (\). Emphasis (*, _) only styles text, and a line break never gets through
+# (safe_text), so no heading or list can start.
+_MARKDOWN = re.compile(r"[\\`\[\]|<>&]")
 
 
 def markdown_text(value, limit: int = 200) -> str:
     """Text from input inside a Markdown table cell, heading or alt text: one line, every character that
-    Markdown or HTML reads as markup escaped, so it shows as the text it is."""
+    Markdown or HTML reads as structure escaped, so it shows as the text it is."""
     return _MARKDOWN.sub(lambda m: _ENTITIES.get(m.group(), "\\" + m.group()), safe_text(value, limit))
 
 

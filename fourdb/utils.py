@@ -151,6 +151,45 @@ def spill_folder() -> Path:
     return root / f"{os.getpid()}-{next(_SPILLS)}"
 
 
+KEY_ENV = "FOURDB_KEYS"
+
+
+def key_folder() -> Path:
+    """Where this user's fourdb keys live: ``FOURDB_KEYS``, else ``$XDG_DATA_HOME/fourdb`` (``~/.local/share``):
+    one place whatever folder fourdb runs from, so what it sealed in one folder verifies in another."""
+    if os.environ.get(KEY_ENV):
+        return Path(os.environ[KEY_ENV])
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "fourdb"
+
+
+def seal(data: bytes, purpose: str) -> str:
+    """An HMAC of ``data`` under this user's key for ``purpose`` (made on first use, owner-only): what only
+    fourdb on this machine can have written, e.g. a record it checked or graph inputs it pickled for its ranks."""
+    import hmac
+    import secrets
+    import time
+
+    path = key_folder() / f"{purpose}.key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_bytes(32))
+        except FileExistsError:  # another process made it first
+            pass
+    for _ in range(100):  # the process that creates it may not have written it yet
+        key = path.read_bytes()
+        if len(key) == 32:
+            return hmac.new(key, data, hashlib.sha256).hexdigest()
+        time.sleep(0.05)
+    from fourdb.errors import FourdbError
+
+    raise FourdbError(f"{path}: not a fourdb key (delete it to make a new one; what it sealed then no longer "
+                      f"verifies)")
+
+
 def stable_hash(*parts, length: int = 16) -> str:
     """Hash of JSON-serialisable parts; used to key caches by their inputs and config."""
     blob = json.dumps(parts, sort_keys=True, default=str).encode()

@@ -20,16 +20,13 @@ pages of one file in the page cache that all ranks share. Not shared: what each 
 """
 from __future__ import annotations
 
-import hashlib
 import hmac
 import io
 import json
 import logging
 import os
 import pickle
-import secrets
 import socket
-import time
 import warnings
 from dataclasses import dataclass
 from datetime import timedelta
@@ -40,7 +37,7 @@ import numpy as np
 import torch
 
 from fourdb.errors import UntrustedInputError
-from fourdb.utils import atomic_output, cache_root
+from fourdb.utils import atomic_output, seal
 
 log = logging.getLogger("fourdb")
 SHARED_VERSION = 2  # 2: sealed with this machine's key
@@ -272,22 +269,7 @@ def load_shared(folder: str | Path):
 
 
 def _seal(data: bytes) -> str:
-    """An HMAC of ``data`` under a key that only this machine's cache holds (made on first use, owner-only)."""
-    path = cache_root() / ".shared_key"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(secrets.token_bytes(32))
-        except FileExistsError:  # another rank made it first
-            pass
-    for _ in range(100):  # the rank that creates it may not have written it yet
-        key = path.read_bytes()
-        if len(key) == 32:
-            return hmac.new(key, data, hashlib.sha256).hexdigest()
-        time.sleep(0.05)
-    raise RuntimeError(f"{path}: not a fourdb key")
+    return seal(data, "shared-graph")
 
 
 def shared_inputs(build: Callable[[], object], folder: str | Path, ctx: Context, key: str | None = None):

@@ -530,7 +530,7 @@ def render(root=None) -> Path:
         "`certify` the verdict of `fourdb certify` (passed, FAILED, unverified or not run); `commit` the code the",
         f"records were made from. A model marked \\* has a record {DIRTY_NOTE}. Add results with",
         "`fourdb leaderboard submit RUN_DIR...` (see the project README).", "",
-        VERIFIED_NOTE, "",
+        *textwrap.wrap(VERIFIED_NOTE, 110), "",
         RANK_RULE, "",
     ]
     if len(roots) > 1:

@@ -10,9 +10,9 @@ At submit, a run folder's record is checked against the folder itself:
 * ``certify: passed`` counts only where certify's own log line (``certify: passed (N cutoff groups x ..., M
   predictions compared)``, in the run's ``*.log``) is in the folder and states the record's checks.
 
-A record so checked gets a ``checked`` stamp, sealed with an HMAC under a key only this machine's fourdb cache
-holds: a stamp copied onto another record, or a board line edited after submit, no longer verifies. A record
-without predictions is accepted unverified. Every board surface shows each row's ``verified`` status:
+A record so checked gets a ``checked`` stamp, sealed with an HMAC under a key only this user's fourdb holds
+(``fourdb.utils.seal``): a stamp copied onto another record, or a board line edited after submit, no longer
+verifies. A record without predictions is accepted unverified. Every board surface shows each row's ``verified`` status:
 
 * ``yes``: the test metrics were recomputed by fourdb at submit (or scored by fourdb, for an external CSV);
 * ``committed``: a record of the boards committed with fourdb (``leaderboards/`` of this checkout), made by
@@ -26,9 +26,7 @@ import hashlib
 import hmac
 import json
 import math
-import os
 import re
-import secrets
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +34,7 @@ import numpy as np
 from fourdb.errors import FourdbError
 from fourdb.leaderboard.schema import RecordError, finite
 from fourdb.untrusted import plain_file_name, reading, safe_text
+from fourdb.utils import seal
 
 STAMP = "checked"       # stored: what submit recomputed, sealed
 STATUS = "_verified"    # in memory only (as shown): VERIFIED, COMMITTED or UNVERIFIED
@@ -49,26 +48,6 @@ CERTIFY_LINE = re.compile(r"certify: (passed|FAILED) \((\d+) cutoff groups x [a-
 
 # --------------------------------------------------------------------------------------------- the seal
 
-def _key() -> bytes:
-    """This machine's record key (made on first use, owner-only, in fourdb's cache)."""
-    from fourdb.utils import cache_root
-
-    path = cache_root() / ".record_key"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(secrets.token_bytes(32))
-        except FileExistsError:  # another process made it first
-            pass
-    key = path.read_bytes()
-    if len(key) != 32:
-        raise FourdbError(f"{path}: not a fourdb key (delete it to make a new one; records stamped with it then "
-                          f"show as unverified)")
-    return key
-
-
 def _canonical(record: dict) -> bytes:
     """The record as stored (JSON, NaN as null), less what submit stamps itself and the seal."""
     plain = finite(json.loads(json.dumps(record, default=str)))
@@ -81,7 +60,7 @@ def _canonical(record: dict) -> bytes:
 def stamp(record: dict, **checked) -> dict:
     """``record`` with a sealed stamp saying what fourdb checked (``metrics``: how; ``certify``: its log)."""
     record = {**record, STAMP: checked}
-    record[STAMP] = {**checked, "seal": hmac.new(_key(), _canonical(record), hashlib.sha256).hexdigest()}
+    record[STAMP] = {**checked, "seal": seal(_canonical(record), "records")}
     return record
 
 
@@ -90,7 +69,7 @@ def sealed(record: dict) -> bool:
     checked = record.get(STAMP)
     if not isinstance(checked, dict) or not isinstance(checked.get("seal"), str):
         return False
-    return hmac.compare_digest(checked["seal"], hmac.new(_key(), _canonical(record), hashlib.sha256).hexdigest())
+    return hmac.compare_digest(checked["seal"], seal(_canonical(record), "records"))
 
 
 # ------------------------------------------------------------------------------------------ what is shown
