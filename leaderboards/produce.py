@@ -267,7 +267,7 @@ def submit_leftovers(cell: str, budget: dict, sweep: Path) -> int:
 
     if not (sweep.is_dir() and any(sweep.rglob("record.json"))):
         return 0
-    fresh = [(str(f), r) for f, r in find_records([sweep]) if not stale(r, cell) and of_budget(r, budget)]
+    fresh = [(str(f), r, f.parent) for f, r in find_records([sweep]) if not stale(r, cell) and of_budget(r, budget)]
     return len(submit_records(fresh, ROOT / "leaderboards", skip_duplicates=True, progress=False).added) if fresh else 0
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -27,6 +27,9 @@ class DatasetEntry:
     build: Callable[..., None]  # build(out_dir: Path, **params) writes parquet files + schema.yaml
     description: str
     defaults: dict
+    # what a parameter from a record may ask for, (low, high) each: submit, show and render build the dataset a
+    # record names, so a record states its work within these; a parameter without a bound keeps its default
+    bounds: dict = field(default_factory=dict)
 
 
 # Bump when what every builder writes changes (a builder's own code is in the key already, see code_hash)
@@ -34,9 +37,9 @@ BUILD_VERSION = 1
 DATASETS: Registry[DatasetEntry] = Registry("dataset", package="fourdb.datasets")
 
 
-def register_dataset(name: str, description: str, **defaults):
+def register_dataset(name: str, description: str, bounds: dict | None = None, **defaults):
     def wrap(fn):
-        DATASETS.register(name, DatasetEntry(name, fn, description, defaults))
+        DATASETS.register(name, DatasetEntry(name, fn, description, defaults, bounds or {}))
         return fn
 
     return wrap

