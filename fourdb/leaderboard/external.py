@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from fourdb.leaderboard.schema import SCHEMA_VERSIONS, RecordError
+from fourdb.untrusted import check_bytes
 from fourdb.utils import atomic_write_text
 
 KEY = ["entity", "cutoff"]
@@ -96,6 +97,7 @@ def read_predictions(path: str | Path, task, test: pd.DataFrame) -> np.ndarray:
     cols = prediction_columns(task)
     expected = KEY + cols
     try:
+        check_bytes(4 * path.stat().st_size, name, "the CSV read as a frame")  # text in a frame: ~4x its bytes
         df = pd.read_csv(path, dtype=str, keep_default_na=False)
     except FileNotFoundError:
         raise RecordError(f"{path}: no such prediction file") from None

@@ -88,9 +88,12 @@ def timestamp(value, field: str, where: str) -> pd.Timestamp:
     return stamp.as_unit("ns")
 
 
-def positive_int(value, field: str, where: str) -> int:
+def positive_int(value, field: str, where: str, most: int | None = None) -> int:
+    """A positive whole number, at most ``most`` where a larger one would only ask for more work."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise TaskError(f"{where}: {field} must be a positive whole number, got {value!r}")
+        raise TaskError(f"{where}: {field} must be a positive whole number, got {safe_text(repr(value), 60)}")
+    if most is not None and value > most:
+        raise TaskError(f"{where}: {field} is {value:,}, over the {most:,} fourdb allows")
     return value
 
 

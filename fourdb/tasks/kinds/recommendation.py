@@ -22,6 +22,8 @@ from fourdb.tasks.kinds.window import WindowKind, known_at, window_labels
 from fourdb.tasks.splits import by_time, known_in_time
 from fourdb.tasks.types import TaskType
 
+MAX_EVAL_K = 1000
+
 log = logging.getLogger("fourdb")
 
 
@@ -43,7 +45,8 @@ class Recommendation(WindowKind):
         else:
             super().parse(spec, raw, need, where)
         spec.destination_table = fields.name(need("destination_table"), "destination_table", where)
-        spec.eval_k = fields.positive_int(need("eval_k"), "eval_k", where)
+        # every prediction lists eval_k destinations: the field's lists are tens long (RelBench's at most 100)
+        spec.eval_k = fields.positive_int(need("eval_k"), "eval_k", where, most=MAX_EVAL_K)
 
     def labels(self, spec, db, pk):
         if not spec.link_table:
