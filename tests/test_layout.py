@@ -26,7 +26,8 @@ LAYERS = [(name,) for name in FOUNDATIONS] + [
     ("fourdb.inputs", "fourdb.certify", "fourdb.settings"),
     ("fourdb.prepare",),  # a run's task, database, splits, model, inputs and trainer config
     ("fourdb.launch", "fourdb.run", "fourdb.plan"),  # each starts from prepare_run; none imports another
-    ("fourdb.leaderboard", "fourdb.export"),  # both read run records, tasks and databases
+    ("fourdb.leaderboard",),  # run records: checked, stored, rendered
+    ("fourdb.export",),  # a run's predictions (a record checked as the boards check it) and a database, as files
     ("fourdb.cli",),
 ]
 

@@ -106,7 +106,7 @@ def test_parquet_columns_load_as_a_whole_file_read_does(tmp_path):
 def test_a_column_the_reader_cannot_decode_is_one_line(tmp_path):
     folder = write_db(tmp_path, "parquet")
     (folder / "orders.parquet").write_bytes(b"PAR1 not really parquet PAR1")
-    assert "cannot read 'orders.parquet'" in load_error(folder)
+    assert "source 'orders.parquet': cannot read" in load_error(folder)
 
 
 def test_duckdb_gets_a_memory_limit_and_a_spill_folder(tmp_path, monkeypatch):

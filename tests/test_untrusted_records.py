@@ -242,7 +242,7 @@ def test_huge_dataset_parameters_build_nothing(honest, tmp_path):
 
 
 def test_committed_records_are_read_and_shown_as_committed(tmp_path):
-    from fourdb.leaderboard.store import COMMITTED_ROOT
+    from fourdb.leaderboard.boards import COMMITTED_ROOT
 
     p = fourdb("leaderboard", "show", "synthetic", "taste", "--root", tmp_path / "none", "--with-committed",
                cwd=tmp_path)

@@ -42,7 +42,7 @@ def _submit(args) -> int:
         result = submit_run_dirs(args.run_dirs, root, args.skip_duplicates, progress=None)
     from collections import Counter
 
-    from fourdb.leaderboard.store import board_path
+    from fourdb.leaderboard.boards import board_path
 
     for path, n in sorted(Counter(board_path(root, r["dataset"], r["task"]) for r in result.added).items()):
         print(f"{path}: +{n} record(s)")

@@ -81,7 +81,7 @@ def write_template(dataset: str, task: str, out: str | Path, params: dict | None
     return len(frame)
 
 
-def _keys(entity: pd.Series, cutoff: pd.Series) -> pd.MultiIndex:
+def prediction_keys(entity: pd.Series, cutoff: pd.Series) -> pd.MultiIndex:
     return pd.MultiIndex.from_arrays([entity.astype(str).to_numpy(), cutoff.astype("int64").to_numpy()],
                                      names=KEY)
 
@@ -118,14 +118,14 @@ def read_predictions(path: str | Path, task, test: pd.DataFrame) -> np.ndarray:
     if cutoff.isna().any():
         first = cutoff.isna().idxmax()
         raise RecordError(f"{name}: line {line[first]}: cutoff {df['cutoff'][first]!r} is not a timestamp")
-    keys = _keys(df["entity"].str.strip(), cutoff.astype("datetime64[ns]"))
+    keys = prediction_keys(df["entity"].str.strip(), cutoff.astype("datetime64[ns]"))
     dup = keys.duplicated(keep=False)
     if dup.any():
         at = np.flatnonzero(dup)
         same = at[keys[at] == keys[at[0]]]
         raise RecordError(f"{name}: duplicate key ({_show(keys[at[0]])}) at lines "
                           f"{', '.join(str(line.iloc[i]) for i in same[:5])}")
-    want = _keys(test["entity"], pd.to_datetime(test["cutoff"]).astype("datetime64[ns]"))
+    want = prediction_keys(test["entity"], pd.to_datetime(test["cutoff"]).astype("datetime64[ns]"))
     extra = ~keys.isin(want)
     if extra.any():
         first = int(np.flatnonzero(extra)[0])
@@ -165,7 +165,7 @@ def external_record(path: str | Path, method: str, dataset: str, task: str, seed
                     params: dict | None = None) -> dict:
     """Check a prediction file and score it against the test labels; returns a run record."""
     from fourdb.datasets import DATASETS
-    from fourdb.leaderboard.verify import stamp
+    from fourdb.leaderboard.stamp import stamp
     from fourdb.rdb.fingerprint import database_fingerprint
 
     if not method or not method.strip():

@@ -610,7 +610,7 @@ def curves_section(tables: list[dict], plots: Path, written: set) -> list[str]:
 
 def show(dataset: str, task: str, root=None) -> str:
     """One board as text for the terminal, from one root or several."""
-    from fourdb.leaderboard.store import board_path
+    from fourdb.leaderboard.boards import board_path
 
     roots = leaderboard_roots(root)
     records = [r for rs in load_all(roots, (dataset, task)).values() for r in rs]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,8 +26,9 @@ from fourdb.leaderboard.schema import (
     task_source,
     validate_record,
 )
+from fourdb.leaderboard.boards import COMMITTED_ROOT, board_path, board_paths, read_board
 from fourdb.leaderboard.verify import STATUS, check_run, status
-from fourdb.untrusted import load_json, read_json, read_text
+from fourdb.untrusted import read_json
 from fourdb.utils import atomic_write_bytes, progress as progress_bar, stable_hash
 
 ROOT_ENV = "FOURDB_LEADERBOARDS"
@@ -37,7 +37,6 @@ LOCK_TIMEOUT_S = 300
 
 # read from several roots, a record says which one in this key; in memory only, never written to a board
 ROOT_FIELD = "_root"
-COMMITTED_ROOT = Path(__file__).resolve().parents[2] / "leaderboards"  # in a source checkout of fourdb
 
 
 def leaderboard_root(root: str | Path | None = None) -> Path:
@@ -63,31 +62,6 @@ def leaderboard_roots(roots=None) -> list[Path]:
     for r in map(leaderboard_root, roots):
         out.setdefault(r.resolve(), r)
     return list(out.values())
-
-
-def _safe(name: str) -> str:
-    """A dataset or task name as a plain file name: no separator, no leading dot (so never '..')."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).lstrip(".") or "_"
-
-
-def board_path(root: str | Path, dataset: str, task: str) -> Path:
-    return Path(root) / _safe(dataset) / f"{_safe(task)}.jsonl"
-
-
-def board_paths(root: str | Path) -> list[Path]:
-    return sorted(Path(root).glob("*/*.jsonl"))
-
-
-def read_board(path: str | Path) -> list[dict]:
-    """All records of one board file (empty if it does not exist yet), each line validated as at submit."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    records = []
-    for i, line in enumerate(read_text(path, "json").splitlines(), 1):
-        if line.strip():
-            records.append(validate_record(load_json(line, f"{path}:{i}", RecordError), f"{path}:{i}"))
-    return records
 
 
 def find_records(paths) -> list[tuple[Path, dict]]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import hmac
 import json
 import math
 import re
@@ -32,44 +31,16 @@ from pathlib import Path
 import numpy as np
 
 from fourdb.errors import FourdbError
-from fourdb.leaderboard.schema import RecordError, finite
+from fourdb.leaderboard.schema import RecordError
+from fourdb.leaderboard.stamp import STAMP, sealed, stamp
 from fourdb.untrusted import plain_file_name, reading, safe_text
-from fourdb.utils import seal
 
-STAMP = "checked"       # stored: what submit recomputed, sealed
 STATUS = "_verified"    # in memory only (as shown): VERIFIED, COMMITTED or UNVERIFIED
 VERIFIED, COMMITTED, UNVERIFIED = "yes", "committed", "no"
 REL_TOLERANCE = 1e-5    # float32 predictions summed in another order differ in the 7th digit
 ABS_TOLERANCE = 1e-7
 MAX_LOG_BYTES = 64 * 2**20
-UNSEALED = ("config_hash", "submitted_at")  # stamped by submit itself, after an external record is sealed
 CERTIFY_LINE = re.compile(r"certify: (passed|FAILED) \((\d+) cutoff groups x [a-z/]+, (\d+) predictions compared\)")
-
-
-# --------------------------------------------------------------------------------------------- the seal
-
-def _canonical(record: dict) -> bytes:
-    """The record as stored (JSON, NaN as null), less what submit stamps itself and the seal."""
-    plain = finite(json.loads(json.dumps(record, default=str)))
-    plain = {k: v for k, v in plain.items() if k not in UNSEALED and not k.startswith("_")}
-    if isinstance(plain.get(STAMP), dict):
-        plain[STAMP] = {k: v for k, v in plain[STAMP].items() if k != "seal"}
-    return json.dumps(plain, sort_keys=True, separators=(",", ":")).encode()
-
-
-def stamp(record: dict, **checked) -> dict:
-    """``record`` with a sealed stamp saying what fourdb checked (``metrics``: how; ``certify``: its log)."""
-    record = {**record, STAMP: checked}
-    record[STAMP] = {**checked, "seal": seal(_canonical(record), "records")}
-    return record
-
-
-def sealed(record: dict) -> bool:
-    """Whether ``record``'s stamp was made by fourdb on this machine for exactly this record."""
-    checked = record.get(STAMP)
-    if not isinstance(checked, dict) or not isinstance(checked.get("seal"), str):
-        return False
-    return hmac.compare_digest(checked["seal"], seal(_canonical(record), "records"))
 
 
 # ------------------------------------------------------------------------------------------ what is shown
@@ -77,7 +48,7 @@ def sealed(record: dict) -> bool:
 @functools.lru_cache(maxsize=64)
 def _committed_lines(dataset: str, task: str) -> frozenset:
     """Hashes of the records on this checkout's committed board of (dataset, task), its archive included."""
-    from fourdb.leaderboard.store import COMMITTED_ROOT, board_path, read_board
+    from fourdb.leaderboard.boards import COMMITTED_ROOT, board_path, read_board
 
     out = set()
     for root in (COMMITTED_ROOT, COMMITTED_ROOT / "archive"):
@@ -184,7 +155,7 @@ def run_predictions(path: Path, db, task, test, where: str):
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from fourdb.leaderboard.external import _keys
+    from fourdb.leaderboard.external import prediction_keys
 
     name = f"{where}: {path.name}"
     with reading(name):
@@ -192,8 +163,8 @@ def run_predictions(path: Path, db, task, test, where: str):
         if rows != len(test):
             raise RecordError(f"{name}: {rows} rows, but the task has {len(test)} test rows; not accepted")
         frame = pd.read_parquet(path, columns=["entity", "cutoff", "prediction"])
-        keys = _keys(frame["entity"], pd.to_datetime(frame["cutoff"]).astype("datetime64[ns]"))
-        want = _keys(test["entity"], pd.to_datetime(test["cutoff"]).astype("datetime64[ns]"))
+        keys = prediction_keys(frame["entity"], pd.to_datetime(frame["cutoff"]).astype("datetime64[ns]"))
+        want = prediction_keys(test["entity"], pd.to_datetime(test["cutoff"]).astype("datetime64[ns]"))
         order = keys.get_indexer(want) if keys.is_unique else np.full(len(want), -1)
         if (order < 0).any():
             raise RecordError(f"{name}: does not hold each test key (entity, cutoff) of the task once; not accepted")

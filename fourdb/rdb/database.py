@@ -5,6 +5,7 @@ reported as one line naming the table, the column and the first offending value.
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Callable
 
@@ -12,11 +13,11 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from fourdb.errors import SchemaError
+from fourdb.errors import FourdbError, SchemaError
 from fourdb.rdb.files import ParquetSource, read_csv
 from fourdb.rdb.sandbox import SQLSandbox, inside_folder
 from fourdb.rdb.schema import Column, Schema, Table
-from fourdb.untrusted import reading, safe_text
+from fourdb.untrusted import LimitError, reading, safe_text
 from fourdb.utils import duckdb_connect, naive_utc
 
 
@@ -43,18 +44,31 @@ def _read_source(folder: Path, table: Table, allow_outside_paths: bool = False
     if suffix not in (".parquet", ".csv", ".tsv"):
         raise SchemaError(f"table '{table.name}': source '{table.source}' must be .parquet or .csv")
     where = f"table '{table.name}', source '{safe_text(table.source)}'"
-    if suffix == ".parquet":
-        file = ParquetSource(path, where)
-        return list(file.names), file.num_rows, file.column
-    frame = read_csv(path, where, sep="\t" if suffix == ".tsv" else ",", low_memory=False)
+    with as_schema_error():
+        if suffix == ".parquet":
+            file = ParquetSource(path, where)
+            return list(file.names), file.num_rows, as_schema_error()(file.column)
+        frame = read_csv(path, where, sep="\t" if suffix == ".tsv" else ",", low_memory=False)
     return list(frame.columns), len(frame), frame.__getitem__
+
+
+@contextlib.contextmanager
+def as_schema_error():
+    """A malformed data file is a bad database folder: its one-line error as a ``SchemaError`` (a bound it
+    runs into stays a ``LimitError``)."""
+    try:
+        yield
+    except (SchemaError, LimitError):
+        raise
+    except FourdbError as e:
+        raise SchemaError(str(e)) from None
 
 
 def _read_column(table: Table, column: Column, read: Callable[[str], pd.Series]) -> pd.Series:
     """One column read and converted to its dtype; a value the libraries cannot convert (a year-9999 timestamp
     past nanoseconds) ends in one line naming the table and column."""
-    with reading(f"table '{table.name}', column '{column.name}' (source '{safe_text(table.source)}')",
-                 "cannot be read or converted"):
+    with as_schema_error(), reading(f"table '{table.name}', column '{column.name}' (source "
+                                    f"'{safe_text(table.source)}')", "cannot be read or converted"):
         return _coerce_column(table, column.name, column.dtype, read(column.name))
 
 
