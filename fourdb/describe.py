@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from fourdb.columns import ENCODINGS, TableEncoder
-from fourdb.features.dfs.plan import OWN_DTYPES, PRIMITIVES, _tables_of, _unique, check_config, check_where, seed_plan
+from fourdb.features.dfs.plan import (OWN_DTYPES, PRIMITIVES, check_config, check_where, seed_plan, tables_of,
+                                      unique_names)
 from fourdb.graph.build import GRAPHS
 from fourdb.rdb import Database
 from fourdb.rdb.schema import Column, Table
@@ -103,8 +104,8 @@ def dfs_uses(seen: Database, seeds: list[str], hide, depth: int, primitives, own
     reached: set[str] = set()
     for s in seeds:
         plan = seed_plan(seen, s, depth, primitives, where, fit_until, hide(s))
-        reached |= _tables_of(plan, set())
-        for f, name in zip(plan.features, _unique([f.name for f in plan.features])):
+        reached |= tables_of(plan, set())
+        for f, name in zip(plan.features, unique_names([f.name for f in plan.features])):
             made.setdefault(f.source, []).append(name)
     rows = {}
     for (table, column), names in made.items():

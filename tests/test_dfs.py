@@ -333,10 +333,10 @@ def test_running_aggregates_read_values_as_the_sql_path_does(monkeypatch):
     city_seeds = pd.DataFrame({"node": np.tile(np.arange(4), 3), "cutoff": np.repeat(CUTOFFS, 4)})
 
     gathered, parents = [], []
-    row_features, parents_of = compile_module._Compiler.row_features, compile_module._Compiler.parents_of
-    monkeypatch.setattr(compile_module._Compiler, "row_features",
+    row_features, parents_of = compile_module.Compiler.row_features, compile_module.Compiler.parents_of
+    monkeypatch.setattr(compile_module.Compiler, "row_features",
                         lambda self, node, rids: gathered.append(node.table) or row_features(self, node, rids))
-    monkeypatch.setattr(compile_module._Compiler, "parents_of",
+    monkeypatch.setattr(compile_module.Compiler, "parents_of",
                         lambda self, table, fk: parents.append((table, fk)) or parents_of(self, table, fk))
     running = D.compute_dfs(db, "users", seeds, depth=2, progress=False)
     # once for the plain aggregate, once per conditional one (its rows of one value)
@@ -345,7 +345,7 @@ def test_running_aggregates_read_values_as_the_sql_path_does(monkeypatch):
     gathered.clear()
     by_city = D.compute_dfs(db, "cities", city_seeds, depth=1, progress=False)
     assert set(gathered) == {"tags", "visits"}
-    monkeypatch.setattr(compile_module._Compiler, "runs", lambda self, ag: False)
+    monkeypatch.setattr(compile_module.Compiler, "runs", lambda self, ag: False)
     joined = D.compute_dfs(db, "users", seeds, depth=2, progress=False)
     assert "MODE(visits.cities.region)" in running and "MEAN(visits.cities.coastal)" in running
     assert running["MODE(visits.code)"].notna().sum() > 30
@@ -569,7 +569,7 @@ def test_values_with_quotes_stay_data(clinic, monkeypatch):
         want = seen[seen["flag"] == v].groupby("patient").size().reindex(range(30), fill_value=0)
         assert running[name].tolist() == want.tolist(), v
     assert "COUNT(labs WHERE flag = \"two\\nlines\")" in running
-    monkeypatch.setattr(compile_module._Compiler, "runs", lambda self, ag: False)  # every aggregate through SQL
+    monkeypatch.setattr(compile_module.Compiler, "runs", lambda self, ag: False)  # every aggregate through SQL
     joined = D.compute_dfs(clinic, "patients", patient_seeds(), depth=1, where=WHERE, progress=False)
     pd.testing.assert_frame_equal(_as_objects(running), _as_objects(joined), rtol=1e-5)
 

@@ -69,10 +69,10 @@ import pyarrow as pa
 from fourdb.columns import EncodedTable, encode_features
 from fourdb.errors import FourdbError
 from fourdb.features.base import FEATURES
-from fourdb.features.dfs.compile import _Compiler
-from fourdb.features.dfs.plan import (MAX_DEPTH, PRIMITIVES, WHERE_PRIMITIVES, _tables_of, _unique, build_plan,
-                                     check_config, check_where, interesting_values, seed_plan)
-from fourdb.features.dfs.scan import _numpy, asof_positions
+from fourdb.features.dfs.compile import Compiler
+from fourdb.features.dfs.plan import (MAX_DEPTH, PRIMITIVES, WHERE_PRIMITIVES, build_plan, check_config, check_where,
+                                     interesting_values, seed_plan, tables_of, unique_names)
+from fourdb.features.dfs.scan import asof_positions, column_values
 from fourdb.features.single_table import seed_row_features
 from fourdb.rdb import Database
 from fourdb.rdb.schema import file_stem
@@ -103,7 +103,7 @@ def compute_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int |
     if fit_until is None and len(seeds):
         fit_until = pd.to_datetime(seeds["cutoff"]).min()
     plan = seed_plan(db, seed_table, depth, primitives, where, fit_until, frozenset(hidden))
-    names = _unique([f.name for f in plan.features])
+    names = unique_names([f.name for f in plan.features])
     if not plan.features:
         return pd.DataFrame(index=pd.RangeIndex(len(seeds)))
     start = time.perf_counter()
@@ -113,7 +113,7 @@ def compute_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int |
     threads_before = con.execute("SELECT current_setting('threads')").fetchone()[0]
     try:
         con.execute(f"SET threads TO {int(threads or os.cpu_count() or 1)}")  # the instance's: set back below
-        comp = _Compiler(con, db, _tables_of(plan, set()))
+        comp = Compiler(con, db, tables_of(plan, set()))
         comp.register()
         frame = pd.DataFrame({"__i": np.arange(len(seeds), dtype=np.int64),
                               "node": seeds["node"].to_numpy().astype(np.int64),
@@ -141,7 +141,7 @@ def compute_dfs(db: Database, seed_table: str, seeds: pd.DataFrame, depth: int |
                               time.process_time() - c0)
         order = comp.fetched[where]
         idx = np.full(len(seeds), -1, dtype=np.int64)
-        idx[_numpy(order, "__i", np.int64)] = _numpy(order, "qid", np.int64)
+        idx[column_values(order, "__i", np.int64)] = column_values(order, "qid", np.int64)
         cols = gather(idx)
         log.info("dfs: %d features for %d seeds in %d steps, %.1f s", len(names), len(seeds),
                  len(comp.steps), time.perf_counter() - start)

@@ -16,16 +16,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fourdb.features.dfs.plan import Agg, Condition, Lookup, Node, _agg_dtype
-from fourdb.features.dfs.scan import (NS_PER_DAY, _arrow, _compose, _gather, _numpy, _prefix_scan, _time_order,
-                                      asof_positions)
+from fourdb.features.dfs.plan import Agg, Condition, Lookup, Node, agg_dtype
+from fourdb.features.dfs.rows import TableRows
+from fourdb.features.dfs.scan import (NS_PER_DAY, arrow_table, asof_positions, column_values, compose_links,
+                                      gather_columns, prefix_scan, time_order)
 from fourdb.rdb import Database
-from fourdb.rdb.database import RowLookup, take_rows
 from fourdb.rdb.schema import Table
 
 T_MIN = "TIMESTAMP_NS '1678-01-01 00:00:00'"  # a row without time: always visible
-_CHECK_ROWS = 1 << 20  # child rows per slice where a pass over a whole child table needs temporaries
-_NEVER = np.iinfo(np.int64).min  # the cutoff of a parent no query asks for
 
 _TEMP = re.compile(r"\b__[a-z]+\d+\b")
 
@@ -37,10 +35,11 @@ class _Step:
     uses: set[str] = field(default_factory=set)
 
 
-class _Compiler:
+class Compiler(TableRows):
     """Turns a feature tree into steps: SQL statements over temp tables, one vectorized prefix scan per
     running aggregate, and fetches of the seed-level results. Each temp table is dropped after its
-    last use.
+    last use. The row-level reads of the tables (parent rows, a running aggregate's child rows and
+    their features) are ``TableRows``'.
 
     Relations below an aggregate are SQL tables ``(qid, k, cutoff, c0..cn)``. The seed's own tree
     (the seed and the parents it reaches by lookups) is assembled at the end: each of its aggregates
@@ -49,20 +48,13 @@ class _Compiler:
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, db: Database, tables: set[str]):
-        self.con, self.db, self.schema = con, db, db.schema
-        self.tables = tables
+        super().__init__(con, db, tables)
         self.steps: list[_Step] = []
         self.n = 0
         self.bases: dict[str, str] = {}  # table -> its base view
-        self.sources: dict[str, pd.DataFrame] = {}  # table -> the frame its base view reads
-        self.key_rows: dict[str, RowLookup] = {}  # table -> row of each primary key value
-        self.parents: dict[tuple[str, str], np.ndarray] = {}  # (table, fk) -> each row's parent row (-1: none)
         self.sql_fks: set[tuple[str, str]] = set()  # the foreign keys SQL reads: only their parent ids are made
         self.sql_where: dict[str, list[Condition]] = {}  # table -> the conditions SQL reads, as columns w0, w1..
-        # row ids, time ranks and parent row ids as int32 where every table's rows fit (half the memory)
-        self.ids = np.int32 if max([len(db.tables[t]) for t in tables] + [0]) < np.iinfo(np.int32).max else np.int64
         self.relations: dict[tuple[str, str], tuple[str, int]] = {}
-        self.safe: dict[tuple[str, str], bool] = {}
         self.frames: dict[str, pa.Table] = {}  # running-state tables registered with DuckDB
         self.fetched: dict[str, pa.Table] = {}  # seed-level results, gathered at the end
 
@@ -78,7 +70,7 @@ class _Compiler:
         name = self.new("f")
 
         def run(con, name=name, sql=sql):
-            self.fetched[name] = _arrow(con, sql)
+            self.fetched[name] = arrow_table(con, sql)
 
         self.emit(desc, run, uses=set(_TEMP.findall(sql)))
         return name
@@ -139,12 +131,6 @@ class _Compiler:
             conds.append(cond)
         return f"w{conds.index(cond)}"
 
-    def meets(self, table: str, cond: Condition | None) -> np.ndarray | None:
-        """Whether each row of ``table`` meets ``cond`` (None: no condition)."""
-        if cond is None:
-            return None
-        return self.db.tables[table][cond.column].isin([cond.value]).to_numpy(dtype=bool)
-
     def register(self) -> None:
         for tname in sorted(self.tables):
             t = self.schema.table(tname)
@@ -153,7 +139,7 @@ class _Compiler:
                     if c.dtype in ("numeric", "category", "primary_key", "foreign_key") or c.name == t.time_column]
             # DuckDB scans the database's own columns in place: renamed, not copied
             frame = {f"v{i}": df[t.columns[i].name] for i in keep}
-            frame |= {"__rid": np.arange(len(df), dtype=self.ids), "__ord": _time_order(df, t, self.ids)}
+            frame |= {"__rid": np.arange(len(df), dtype=self.ids), "__ord": time_order(df, t, self.ids)}
             self.sources[tname] = pd.DataFrame(frame, copy=False)
             self.con.register(self.src(tname), self.sources[tname])
         for i, tname in enumerate(sorted(self.tables)):
@@ -198,30 +184,6 @@ class _Compiler:
         rows = self.parents_of(table, fk)
         return pd.arrays.IntegerArray(rows, rows < 0)
 
-    def parents_of(self, table: str, fk: str) -> np.ndarray:
-        """Each row's parent row through ``fk`` (-1: none), looked up once."""
-        if (table, fk) not in self.parents:
-            self.parents[(table, fk)] = self.parent_rows(table, fk).astype(self.ids)
-        return self.parents[(table, fk)]
-
-    def parent_rows(self, table: str, fk: str, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
-        """The parent row (-1: none) through ``fk`` of the given rows of ``table`` (-1 rows: none)."""
-        if (table, fk) in self.parents:
-            known = self.parents[(table, fk)]
-            if isinstance(rows, slice):
-                return known[rows]
-            return np.where(rows >= 0, known[np.maximum(rows, 0)] if len(known) else -1, -1)
-        parent = self.schema.table(self.schema.table(table).column(fk).link_table)
-        if parent.name not in self.key_rows:
-            self.key_rows[parent.name] = RowLookup(self.db.tables[parent.name][parent.primary_key])
-        keys = self.db.tables[table][fk]
-        if isinstance(rows, slice):
-            return self.key_rows[parent.name](keys.iloc[rows])
-        out = np.full(len(rows), -1, dtype=np.int64)
-        known = rows >= 0
-        out[known] = self.key_rows[parent.name](pd.Series(take_rows(keys, rows[known]), copy=False))
-        return out
-
     def query(self, desc: str, select: str) -> str:
         """A query set: distinct (k, cutoff) rows numbered by ``qid``."""
         q = self.new("q")
@@ -244,33 +206,6 @@ class _Compiler:
         """FROM clause pairing each query row with its table row ``b``, and the alias of (qid, k, cutoff)."""
         return f"{q} q JOIN {b} b ON b.__rid = q.k", "q"
 
-    # -- is a child's looked-up value known whenever the child row is? ------------------------------
-    def edge_safe(self, table: str, fk: str) -> bool:
-        key = (table, fk)
-        if key not in self.safe:
-            t = self.schema.table(table)
-            parent = self.schema.table(t.column(fk).link_table)
-            if parent.time_column is None:
-                ok = True
-            elif t.time_column is None:
-                ok = False
-            else:  # a slice at a time: the parent ids of a large table are not held for a yes or no
-                ptime = self.db.tables[parent.name][parent.time_column].to_numpy("datetime64[ns]")
-                ctimes = self.db.tables[table][t.time_column].to_numpy("datetime64[ns]")
-                ok = True
-                for at in range(0, len(ctimes), _CHECK_ROWS):
-                    rows = self.parent_rows(table, fk, slice(at, at + _CHECK_ROWS))
-                    looked = np.full(len(rows), np.datetime64("NaT"), dtype="datetime64[ns]")
-                    looked[rows >= 0] = ptime[rows[rows >= 0]]
-                    ctime = ctimes[at:at + _CHECK_ROWS]
-                    if ((looked > ctime) | (np.isnat(ctime) & ~np.isnat(looked))).any():
-                        ok = False
-                        break
-            self.safe[key] = ok
-        return self.safe[key]
-
-    def lookups_safe(self, node: Node) -> bool:
-        return all(self.edge_safe(node.table, lk.fk) and self.lookups_safe(lk.node) for lk in node.lookups)
 
     # -- relations below an aggregate: SQL tables (qid, k, cutoff, c0..cn) --------------------------
     def relation(self, node: Node, q: str) -> tuple[str, int]:
@@ -319,21 +254,21 @@ class _Compiler:
         if node.own:
             own = self.fetch(f"columns {t.name}", f"SELECT q.qid, {', '.join(f'b.{self.col(t, c)} AS c{m}' for m, c in enumerate(node.own))} "
                                                   f"FROM {q} q JOIN {b} b ON b.__rid = q.k")
-            parts.append(lambda idx, own=own: _gather(self.fetched.pop(own), idx))
+            parts.append(lambda idx, own=own: gather_columns(self.fetched.pop(own), idx))
         for lk in node.lookups:
             ql = self.lookup_query(t, lk, q)
             link = self.fetch(f"link {t.name}.{lk.fk}",
                               f"SELECT q.qid, l.qid AS pq FROM {q} q JOIN {b} b ON b.__rid = q.k "
                               f"JOIN {ql} l ON l.k = b.{self.fk(t, lk.fk)} AND l.cutoff = q.cutoff")
             sub = self.assemble(lk.node, ql)
-            parts.append(lambda idx, link=link, sub=sub: sub(_compose(self.fetched.pop(link), idx)))
+            parts.append(lambda idx, link=link, sub=sub: sub(compose_links(self.fetched.pop(link), idx)))
         for ag in node.aggs:
             if self.runs(ag):  # its frame already holds the seed-level outputs: no pass through DuckDB
                 run = self.running_aggregate(ag, q, np.float32)[2]
-                parts.append(lambda idx, run=run: _gather(self.let_go(run), idx))
+                parts.append(lambda idx, run=run: gather_columns(self.let_go(run), idx))
             else:
                 fa = self.fetch(f"aggregate {ag.label}", self.aggregate(ag, q, cast=True))
-                parts.append(lambda idx, fa=fa: _gather(self.fetched.pop(fa), idx))
+                parts.append(lambda idx, fa=fa: gather_columns(self.fetched.pop(fa), idx))
         return lambda idx: [col for part in parts for col in part(idx)]
 
     def let_go(self, frame: str) -> pa.Table:
@@ -348,7 +283,7 @@ class _Compiler:
         exprs = sql[1]
         outs = []
         for m, ((p, i), e) in enumerate(zip(ag.outputs, exprs)):
-            numeric = _agg_dtype(p, None if i is None else ag.node.features[i].dtype) == "numeric"
+            numeric = agg_dtype(p, None if i is None else ag.node.features[i].dtype) == "numeric"
             outs.append(f"CAST({e} AS FLOAT) AS c{m}" if cast and numeric else f"{e} AS c{m}")
         return sql[0].format(outs=", ".join(outs))
 
@@ -377,12 +312,12 @@ class _Compiler:
         dtypes = {i: ag.node.features[i].dtype for i in need}
 
         def scan(con, run=run, need=need, dtypes=dtypes, q=q, real=real):
-            queries = _arrow(con, f"SELECT qid, k, cutoff FROM {q}")
-            qk = _numpy(queries, "k", np.int64)
-            cutoff = _numpy(queries, "cutoff", "datetime64[ns]").view(np.int64)
+            queries = arrow_table(con, f"SELECT qid, k, cutoff FROM {q}")
+            qk = column_values(queries, "k", np.int64)
+            cutoff = column_values(queries, "cutoff", "datetime64[ns]").view(np.int64)
             rows, k, tl = self.child_rows(child, ag.fk, qk, cutoff, self.meets(child.name, ag.where))
             pos = asof_positions(k, tl.view(np.int64), qk, cutoff)  # NaT, the smallest value: always visible
-            out = _prefix_scan(k, tl, self.row_features(ag.node, rows), need, dtypes, pos, ag.outputs, cutoff, real)
+            out = prefix_scan(k, tl, self.row_features(ag.node, rows), need, dtypes, pos, ag.outputs, cutoff, real)
             ordered = {f"c{m}": out[f"c{m}"] for m in range(len(out))}  # out is in the order outputs were made
             self.frames[run] = pa.table({"qid": queries.column("qid"), **ordered})
             con.register(run, self.frames[run])
@@ -390,85 +325,6 @@ class _Compiler:
         self.emit(f"running {ag.label}{_where_desc(ag)} per {ag.fk}", scan, uses={q})
         exprs = [f"r.c{m}" for m in range(len(ag.outputs))]  # every query of q has its row in run
         return (f"SELECT m.qid, m.k, m.cutoff, {{outs}} FROM {q} m LEFT JOIN {run} r ON r.qid = m.qid", exprs, run)
-
-    def child_rows(self, child: Table, fk: str, qk: np.ndarray, cutoff: np.ndarray,
-                   meets: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The rows of ``child`` whose parent through ``fk`` is among the query keys ``qk``, up to that
-        parent's latest cutoff (later rows never reach a query), and where ``meets`` is given, only the rows
-        it marks (a conditional aggregate), sorted by (parent, time order): their row
-        numbers, their parents and their times (NaT: none). A slice of the child at a time, so a large
-        child is never copied whole."""
-        parents = self.parents_of(child.name, fk)
-        n_parents = len(self.db.tables[child.column(fk).link_table])
-        until = np.full(n_parents + 1, _NEVER)  # each parent's latest cutoff; the last entry: no parent (-1)
-        np.maximum.at(until, qk, cutoff)
-        times = self.db.tables[child.name][child.time_column].to_numpy("datetime64[ns]") \
-            if child.time_column else None  # NaT is the smallest value: a row without time is always there
-        rows = []
-        for at in range(0, len(parents), _CHECK_ROWS):
-            seen = until[parents[at:at + _CHECK_ROWS]]
-            ok = seen > _NEVER
-            if times is not None:
-                ok &= times[at:at + _CHECK_ROWS].view(np.int64) <= seen
-            if meets is not None:
-                ok &= meets[at:at + _CHECK_ROWS]
-            rows.append(np.flatnonzero(ok) + at)
-        rows = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
-        k = parents[rows].astype(np.int64)
-        order = np.lexsort((self.sources[child.name]["__ord"].to_numpy()[rows], k))
-        rows = rows[order]
-        tl = times[rows] if times is not None else np.full(len(rows), np.datetime64("NaT"), dtype="datetime64[ns]")
-        return rows, k[order], tl
-
-    def row_features(self, node: Node, rids: np.ndarray) -> Callable[[int], np.ndarray | tuple]:
-        """Feature ``i`` of ``node`` (own columns and lookups, no aggregates) at its table's rows ``rids``,
-        read from the tables: float64 (NaN: missing) for a numeric feature, (codes, dictionary) for a
-        category, the values the base views give (a lookup through a missing parent is missing). Each
-        lookup's parent rows are found once, for these rows only."""
-        paths = _feature_paths(node)
-        assert len(paths) == len(node.features), (node.key, len(paths), len(node.features))
-        hops: dict[tuple, np.ndarray] = {(): rids}
-
-        def rows_at(path: tuple) -> np.ndarray:
-            if path not in hops:
-                table, fk = path[-1]
-                hops[path] = self.parent_rows(table, fk, rows_at(path[:-1]))
-            return hops[path]
-
-        def column(i: int):
-            path, table, name = paths[i]
-            rows = rows_at(path)
-            values = self.db.tables[table][name]
-            known = rows >= 0
-            if node.features[i].dtype == "numeric":
-                out = np.full(len(rows), np.nan)
-                out[known] = self.cast(pd.Series(take_rows(values, rows[known]), copy=False), "DOUBLE")
-                return out
-            codes = np.full(len(rows), -1, dtype=np.int64)
-            codes[known], uniques = pd.factorize(take_rows(values, rows[known]))
-            if not (uniques.dtype == object and pd.api.types.infer_dtype(uniques, skipna=False) == "string"):
-                # other values become the strings the base views' CAST gives, and values that give the same
-                # string are one value
-                strings = self.cast(pd.Series(uniques), "VARCHAR")
-                remap, uniques = pd.factorize(strings)
-                codes = np.where(codes >= 0, remap[np.maximum(codes, 0)] if len(remap) else -1, -1)
-            return codes, pa.array(np.asarray(uniques, dtype=object), type=pa.string())
-
-        return column
-
-    def cast(self, values: pd.Series, to: str) -> np.ndarray:
-        """``values`` as DuckDB casts them (``DOUBLE``: float64 with NaN for missing; ``VARCHAR``: strings),
-        directly where numpy gives the same."""
-        if to == "DOUBLE" and isinstance(values.dtype, np.dtype) and values.dtype.kind in "fiub":
-            return values.to_numpy().astype(np.float64, copy=False)
-        self.con.register("__cast", pd.DataFrame({"v": values.reset_index(drop=True)}))
-        try:
-            got = _arrow(self.con, f"SELECT CAST(v AS {to}) AS v FROM __cast").column("v")
-        finally:
-            self.con.unregister("__cast")
-        if to == "DOUBLE":
-            return got.to_numpy(zero_copy_only=False).astype(np.float64)
-        return np.asarray(got.to_pylist(), dtype=object)
 
     def joined_aggregate(self, ag: Agg, q: str) -> tuple[str, list[str]]:
         """The child's visible rows per (parent, cutoff), with their cutoff-dependent features, grouped."""
@@ -519,12 +375,3 @@ class _Compiler:
 
 def _where_desc(ag: Agg) -> str:
     return f" where {ag.where.column}" if ag.where else ""  # the value is data: it stays out of step names
-
-
-def _feature_paths(node: Node, path: tuple = ()) -> list[tuple[tuple, str, str]]:
-    """Where each feature of ``node`` (own columns, then each lookup's features) is read: the foreign
-    keys followed from ``node``'s table, as (table, fk) hops, then the table and column."""
-    out = [(path, node.table, c) for c in node.own]
-    for lk in node.lookups:
-        out += _feature_paths(lk.node, path + ((node.table, lk.fk),))
-    return out

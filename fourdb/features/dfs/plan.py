@@ -112,7 +112,7 @@ def _label(name: str, fk: str, n_links: int) -> str:
     return name if n_links == 1 else f"{name}[{fk}]"
 
 
-def _agg_dtype(primitive: str, input_dtype: str | None) -> str:
+def agg_dtype(primitive: str, input_dtype: str | None) -> str:
     return "category" if primitive == "mode" or (primitive == "last" and input_dtype == "category") else "numeric"
 
 
@@ -140,7 +140,7 @@ def _add_agg(agg: Agg, child: Table, features: list[Feature], aggs: list[Agg]) -
         aggs.append(agg)
         sub = agg.node.features
         features += [Feature(_agg_name(p, agg.label, child, None if i is None else sub[i], agg.where),
-                             _agg_dtype(p, None if i is None else sub[i].dtype),
+                             agg_dtype(p, None if i is None else sub[i].dtype),
                              _agg_source(p, child, agg.fk, None if i is None else sub[i], agg.where))
                      for p, i in agg.outputs]
 
@@ -342,16 +342,18 @@ def _row_names(db: Database, table: str, keys: list, known: np.ndarray) -> dict:
     return {}
 
 
-def _tables_of(node: Node, out: set[str]) -> set[str]:
+def tables_of(node: Node, out: set[str]) -> set[str]:
+    """Every table the feature tree under ``node`` reads, added to ``out``."""
     out.add(node.table)
     for lk in node.lookups:
-        _tables_of(lk.node, out)
+        tables_of(lk.node, out)
     for ag in node.aggs:
-        _tables_of(ag.node, out)
+        tables_of(ag.node, out)
     return out
 
 
-def _unique(names: list[str]) -> list[str]:
+def unique_names(names: list[str]) -> list[str]:
+    """The feature names as columns: a repeated name gets ``#1``, ``#2``.. after its first."""
     seen: dict[str, int] = {}
     out = []
     for n in names:
