@@ -8,9 +8,9 @@ import pandas as pd
 
 from fourdb.errors import DatabaseImportError
 from fourdb.importers.base import ImportReport, SourceTable
-from fourdb.importers.declared import _check_declared_types, _check_primary_key
-from fourdb.importers.dtypes import _convert, _parse_datetimes, infer_dtype
-from fourdb.importers.keys import _is_unique_key, _missing, infer_foreign_keys, infer_primary_key
+from fourdb.importers.declared import check_declared_types, check_primary_key
+from fourdb.importers.dtypes import convert_values, parse_datetimes, infer_dtype
+from fourdb.importers.keys import is_unique_key, missing_references, infer_foreign_keys, infer_primary_key
 from fourdb.rdb.schema import Column, Schema, Table
 
 
@@ -21,6 +21,34 @@ def assemble(name: str, sources: list[SourceTable], infer_keys: bool, report: Im
     Values that break their declared type or primary key raise, or with ``lenient`` become NULL or drop
     their rows (reported as warnings).
     """
+    tables = _nonempty_tables(name, sources, report)
+    inferred_pk = _settle_primary_keys(tables, infer_keys, lenient, report)
+    _resolve_foreign_keys(tables, report)
+    if infer_keys:
+        infer_foreign_keys(tables, report)
+
+    schema_tables, frames, dangling = [], {}, []
+    used_sources: set[str] = set()
+    for t in tables.values():
+        cols, data = _columns(t, tables, t.name in inferred_pk, report, dangling)
+        if not cols:
+            report.notes.append(f"table '{t.name}': no usable columns; skipped")
+            continue
+        source = _file_name(t.name, used_sources)
+        schema_tables.append(Table(t.name, source, cols, _time_column(t, cols, infer_keys, report)))
+        frames[t.name] = pd.DataFrame(data).reset_index(drop=True)
+    _inherit_time(schema_tables, report)
+    policy = "error"
+    if dangling:
+        policy = "null"
+        report.notes.append("dangling foreign-key values become NULL (on_dangling_foreign_key: null): "
+                            + "; ".join(dangling))
+    return Schema(name, schema_tables, policy), frames
+
+
+def _nonempty_tables(name: str, sources: list[SourceTable], report: ImportReport) -> dict[str, SourceTable]:
+    """The tables with rows, by name, once every declared foreign key is checked to point somewhere real;
+    the keys to an empty table are let go."""
     tables = {t.name: t for t in sources}
     for t in sources:
         t.frame.columns = [str(c) for c in t.frame.columns]
@@ -43,17 +71,29 @@ def assemble(name: str, sources: list[SourceTable], infer_keys: bool, report: Im
             t.foreign_keys = {c: r for c, r in t.foreign_keys.items() if r[0] != n}
     if not tables:
         raise DatabaseImportError(f"database '{name}': every table is empty")
+    return tables
 
+
+def _settle_primary_keys(tables: dict[str, SourceTable], infer_keys: bool, lenient: bool,
+                         report: ImportReport) -> set[str]:
+    """Check declared types and primary keys, infer a missing key when ``infer_keys``; the tables whose key
+    was inferred."""
     inferred_pk: set[str] = set()
     for t in tables.values():
-        _check_declared_types(t, lenient, report)
+        check_declared_types(t, lenient, report)
         if t.primary_key is not None:
-            _check_primary_key(t, lenient, report)
+            check_primary_key(t, lenient, report)
         if t.primary_key is None and infer_keys:
             t.primary_key = infer_primary_key(t.name, t.frame)
             if t.primary_key is not None:
                 inferred_pk.add(t.name)
-    for t in tables.values():  # resolve FKs to the parent's key, promoting a unique column where needed
+    return inferred_pk
+
+
+def _resolve_foreign_keys(tables: dict[str, SourceTable], report: ImportReport) -> None:
+    """Resolve each foreign key to its parent's key, promoting a unique column where needed; a key that
+    cannot be resolved is left a plain column."""
+    for t in tables.values():
         for col, (ref_t, ref_c) in list(t.foreign_keys.items()):
             parent = tables[ref_t]
             ref_c = ref_c or parent.primary_key
@@ -62,7 +102,7 @@ def assemble(name: str, sources: list[SourceTable], infer_keys: bool, report: Im
                                     f"primary key; left a plain column")
                 del t.foreign_keys[col]
             elif ref_c != parent.primary_key:
-                if parent.primary_key is None and _is_unique_key(parent.frame[ref_c]):
+                if parent.primary_key is None and is_unique_key(parent.frame[ref_c]):
                     parent.primary_key = ref_c
                     report.notes.append(f"table '{ref_t}': column '{ref_c}' is referenced by {t.name}.{col} and "
                                         f"unique, so it is the primary key")
@@ -73,62 +113,56 @@ def assemble(name: str, sources: list[SourceTable], infer_keys: bool, report: Im
                     del t.foreign_keys[col]
             else:
                 t.foreign_keys[col] = (ref_t, ref_c)
-    if infer_keys:
-        infer_foreign_keys(tables, report)
 
-    schema_tables, frames, dangling = [], {}, []
-    used_sources: set[str] = set()
-    for t in tables.values():
-        cols, data = [], {}
-        for col in t.frame.columns:
-            values = t.frame[col]
-            if col == t.primary_key:
-                cols.append(Column(col, "primary_key", inferred=t.name in inferred_pk))
-                data[col] = values
-            elif col in t.foreign_keys:
-                ref_t, ref_c = t.foreign_keys[col]
-                cols.append(Column(col, "foreign_key", f"{ref_t}.{ref_c}", inferred=col in t.inferred_fks))
-                data[col] = values
-                n = _missing(values, tables[ref_t].frame[ref_c])
-                if n:
-                    dangling.append(f"{t.name}.{col} ({n} values not in {ref_t}.{ref_c})")
-            else:
-                dtype = t.dtypes.get(col) or infer_dtype(values, t.sql_types.get(col, ""))
-                if dtype == "datetime" and _parse_datetimes(values, numbers_as_ns=True) is None:
-                    dtype = infer_dtype(values.astype(object))
-                    report.notes.append(f"table '{t.name}', column '{col}': not all values are timestamps; "
-                                        f"kept as {dtype}")
-                if dtype is None:
-                    report.notes.append(f"table '{t.name}', column '{col}': values are lists, arrays or bytes; "
-                                        f"dropped")
-                    continue
-                cols.append(Column(col, dtype))
-                data[col] = _convert(values, dtype)
-        if not cols:
-            report.notes.append(f"table '{t.name}': no usable columns; skipped")
-            continue
-        time_col = t.time_column
-        if time_col is not None and not any(c.name == time_col and c.dtype == "datetime" for c in cols):
-            report.notes.append(f"table '{t.name}': time column '{time_col}' is not a datetime column; dropped")
-            time_col = None
-        if time_col is None and infer_keys:  # 4DBInfer and RelBench declare their time columns
-            dts = [c.name for c in cols if c.dtype == "datetime"]
-            if len(dts) == 1:
-                time_col = dts[0]
-                report.guessed_time.add(t.name)
-            elif len(dts) > 1:
-                report.notes.append(f"table '{t.name}': {len(dts)} datetime columns ({', '.join(dts)}); no time "
-                                    f"column chosen, set time_column in schema.yaml")
-        source = _file_name(t.name, used_sources)
-        schema_tables.append(Table(t.name, source, cols, time_col))
-        frames[t.name] = pd.DataFrame(data).reset_index(drop=True)
-    _inherit_time(schema_tables, report)
-    policy = "error"
-    if dangling:
-        policy = "null"
-        report.notes.append("dangling foreign-key values become NULL (on_dangling_foreign_key: null): "
-                            + "; ".join(dangling))
-    return Schema(name, schema_tables, policy), frames
+
+def _columns(t: SourceTable, tables: dict[str, SourceTable], inferred_pk: bool, report: ImportReport,
+             dangling: list[str]) -> tuple[list[Column], dict[str, pd.Series]]:
+    """A table's schema columns and their converted values; a foreign key's values missing from its parent
+    are added to ``dangling``."""
+    cols, data = [], {}
+    for col in t.frame.columns:
+        values = t.frame[col]
+        if col == t.primary_key:
+            cols.append(Column(col, "primary_key", inferred=inferred_pk))
+            data[col] = values
+        elif col in t.foreign_keys:
+            ref_t, ref_c = t.foreign_keys[col]
+            cols.append(Column(col, "foreign_key", f"{ref_t}.{ref_c}", inferred=col in t.inferred_fks))
+            data[col] = values
+            n = missing_references(values, tables[ref_t].frame[ref_c])
+            if n:
+                dangling.append(f"{t.name}.{col} ({n} values not in {ref_t}.{ref_c})")
+        else:
+            dtype = t.dtypes.get(col) or infer_dtype(values, t.sql_types.get(col, ""))
+            if dtype == "datetime" and parse_datetimes(values, numbers_as_ns=True) is None:
+                dtype = infer_dtype(values.astype(object))
+                report.notes.append(f"table '{t.name}', column '{col}': not all values are timestamps; "
+                                    f"kept as {dtype}")
+            if dtype is None:
+                report.notes.append(f"table '{t.name}', column '{col}': values are lists, arrays or bytes; "
+                                    f"dropped")
+                continue
+            cols.append(Column(col, dtype))
+            data[col] = convert_values(values, dtype)
+    return cols, data
+
+
+def _time_column(t: SourceTable, cols: list[Column], infer_keys: bool, report: ImportReport) -> str | None:
+    """The declared time column if it is a datetime column; else, when guessing (``infer_keys``), the one
+    datetime column there is."""
+    time_col = t.time_column
+    if time_col is not None and not any(c.name == time_col and c.dtype == "datetime" for c in cols):
+        report.notes.append(f"table '{t.name}': time column '{time_col}' is not a datetime column; dropped")
+        time_col = None
+    if time_col is None and infer_keys:  # 4DBInfer and RelBench declare their time columns
+        dts = [c.name for c in cols if c.dtype == "datetime"]
+        if len(dts) == 1:
+            time_col = dts[0]
+            report.guessed_time.add(t.name)
+        elif len(dts) > 1:
+            report.notes.append(f"table '{t.name}': {len(dts)} datetime columns ({', '.join(dts)}); no time "
+                                f"column chosen, set time_column in schema.yaml")
+    return time_col
 
 
 def _inherit_time(tables: list[Table], report: ImportReport) -> None:

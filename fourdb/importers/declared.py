@@ -14,9 +14,9 @@ import pandas as pd
 
 from fourdb.errors import DatabaseImportError
 from fourdb.importers.base import ImportReport, SourceTable
-from fourdb.importers.dtypes import _is_nested
-from fourdb.importers.keys import _usable_key
-from fourdb.rdb.database import _first_bad
+from fourdb.importers.dtypes import is_nested
+from fourdb.importers.keys import usable_key
+from fourdb.rdb.database import first_bad
 from fourdb.utils import naive_utc
 
 
@@ -56,14 +56,14 @@ def _to_timestamps(values: pd.Series) -> pd.Series:
     return out.astype("datetime64[ns]")
 
 
-def _check_declared_types(t: SourceTable, lenient: bool, report: ImportReport) -> None:
+def check_declared_types(t: SourceTable, lenient: bool, report: ImportReport) -> None:
     """Hold each column to its declared type: SQLite stores any value in any column, so 'abc' in a REAL
     column or 'soon' in a DATETIME one is damage to report, not a reason to re-infer the column (a
     DATETIME column re-inferred as text would lose the table its time column)."""
     keys = {t.primary_key, *t.foreign_keys}
     for col, sql_type in t.sql_types.items():
         kind = _declared_kind(sql_type)
-        if kind is None or col not in t.frame.columns or _is_nested(t.frame[col]):
+        if kind is None or col not in t.frame.columns or is_nested(t.frame[col]):
             continue
         values = t.frame[col]
         if kind == "numeric":
@@ -83,14 +83,14 @@ def _check_declared_types(t: SourceTable, lenient: bool, report: ImportReport) -
             parsed, problem = _to_timestamps(values), "is not a timestamp from 1677 to 2262"
         bad = values.notna() & parsed.isna()
         if bad.any():
-            msg = f"table '{t.name}', column '{col}': {_first_bad(values, bad)} {problem} (declared {sql_type})"
+            msg = f"table '{t.name}', column '{col}': {first_bad(values, bad)} {problem} (declared {sql_type})"
             if not lenient:
                 raise DatabaseImportError(f"{msg}; import with --lenient to make such values NULL")
             report.warnings.append(f"{msg}; {int(bad.sum())} values set to NULL")
         t.frame[col] = parsed
 
 
-def _check_primary_key(t: SourceTable, lenient: bool, report: ImportReport) -> None:
+def check_primary_key(t: SourceTable, lenient: bool, report: ImportReport) -> None:
     """A declared primary key with nulls or repeats is damage to report: dropping the key instead would
     silently drop every foreign key to the table too."""
     pk, where = t.primary_key, f"table '{t.name}', column '{t.primary_key}'"
@@ -108,7 +108,7 @@ def _check_primary_key(t: SourceTable, lenient: bool, report: ImportReport) -> N
                 raise DatabaseImportError(f"{msg}; import with --lenient to {fix}")
             report.warnings.append(f"{msg}; {n} {kept}")
     t.frame = t.frame[~(nulls | repeats)].reset_index(drop=True)
-    if not _usable_key(t.frame[pk]):
+    if not usable_key(t.frame[pk]):
         report.notes.append(f"{where}: declared primary key holds values a key cannot (fractional numbers, "
                             f"timestamps, booleans or lists); not used as the key")
         t.primary_key = None

@@ -14,12 +14,12 @@ _DATE_LIKE = re.compile(r"^\s*(\d{4}-\d{1,2}-\d{1,2}|\d{1,2}/\d{1,2}/\d{2,4}|\d{
 _SQL_TIME_TYPES = re.compile(r"DATE|TIME", re.IGNORECASE)
 
 
-def _is_nested(values: pd.Series) -> bool:
+def is_nested(values: pd.Series) -> bool:
     s = values.dropna()
     return len(s) > 0 and isinstance(s.iloc[0], (list, tuple, dict, np.ndarray, bytes, bytearray, memoryview))
 
 
-def _parse_datetimes(values: pd.Series, numbers_as_ns: bool = False) -> pd.Series | None:
+def parse_datetimes(values: pd.Series, numbers_as_ns: bool = False) -> pd.Series | None:
     """All non-null values as naive UTC datetime64[ns], or None if any does not parse.
 
     Numbers are not timestamps unless ``numbers_as_ns`` (4DBInfer's ``timestamp`` dtype: int64 nanoseconds).
@@ -44,11 +44,11 @@ def _parse_datetimes(values: pd.Series, numbers_as_ns: bool = False) -> pd.Serie
 
 def infer_dtype(values: pd.Series, sql_type: str = "") -> str | None:
     """The fourdb dtype of a non-key column: numeric, datetime, category or text (None: cannot be kept)."""
-    if _is_nested(values):
+    if is_nested(values):
         return None
     if pd.api.types.is_datetime64_any_dtype(values):
         return "datetime"
-    if _SQL_TIME_TYPES.search(sql_type or "") and _parse_datetimes(values) is not None:
+    if _SQL_TIME_TYPES.search(sql_type or "") and parse_datetimes(values) is not None:
         return "datetime"
     if pd.api.types.is_bool_dtype(values) or pd.api.types.is_numeric_dtype(values):
         return "numeric"
@@ -56,7 +56,7 @@ def infer_dtype(values: pd.Series, sql_type: str = "") -> str | None:
     if len(s) == 0:
         return "category"
     sample = s.iloc[:: max(1, len(s) // 1000)]
-    if sample.str.match(_DATE_LIKE).all() and _parse_datetimes(values) is not None:
+    if sample.str.match(_DATE_LIKE).all() and parse_datetimes(values) is not None:
         return "datetime"
     if pd.to_numeric(s, errors="coerce").notna().all():
         return "numeric"
@@ -65,9 +65,10 @@ def infer_dtype(values: pd.Series, sql_type: str = "") -> str | None:
     return "category" if s.nunique() <= max(CATEGORY_MAX_UNIQUE, 0.2 * len(s)) else "text"
 
 
-def _convert(values: pd.Series, dtype: str) -> pd.Series:
+def convert_values(values: pd.Series, dtype: str) -> pd.Series:
+    """A source column's values as a column of ``dtype`` holds them."""
     if dtype == "datetime":
-        return _parse_datetimes(values, numbers_as_ns=True)
+        return parse_datetimes(values, numbers_as_ns=True)
     if dtype == "numeric" and not pd.api.types.is_numeric_dtype(values):
         return pd.to_numeric(values, errors="coerce")
     if dtype in ("category", "text"):  # as strings: a SQLite column may mix numbers and text, parquet cannot

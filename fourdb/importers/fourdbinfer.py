@@ -15,8 +15,8 @@ import pandas as pd
 
 from fourdb.errors import DatabaseImportError, UntrustedInputError
 from fourdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
-from fourdb.importers.dtypes import _parse_datetimes
-from fourdb.importers.samples import _samples_task
+from fourdb.importers.dtypes import parse_datetimes
+from fourdb.importers.samples import samples_task
 from fourdb.rdb.files import read_parquet
 from fourdb.rdb.sandbox import inside_folder
 from fourdb.tasks.types import TaskType
@@ -269,7 +269,7 @@ def _dbb_task(folder: Path, tm: dict, sources: dict[str, SourceTable], dname: st
     labels = pd.concat([f[target] for f in splits.values() if target in f.columns]).dropna()
     kind = DBB_TASK_TYPES[task_type](set(np.unique(labels)) <= {0, 1})
     metric = DBB_METRICS.get(str(tm.get("evaluation_metric")))
-    return _samples_task(name, dname, splits, key["name"], link, tcol, target, kind, metric, dtypes,
+    return samples_task(name, dname, splits, key["name"], link, tcol, target, kind, metric, dtypes,
                          f"Converted from 4DBInfer task '{name}' (target {ttable}.{target}).", report)
 
 
@@ -314,7 +314,7 @@ def _retrieval_task(folder: Path, tm: dict, sources: dict[str, SourceTable], dna
         if missing or (ours != "train" and label not in data):
             report.notes.append(f"{skip} its {split} rows lack column(s) {', '.join(missing or [label])}")
             return None
-        when = _parse_datetimes(pd.Series(data[tcol]), numbers_as_ns=True)
+        when = parse_datetimes(pd.Series(data[tcol]), numbers_as_ns=True)
         if when is None or when.isna().any():
             report.notes.append(f"{skip} its time column '{tcol}' is not all timestamps")
             return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fourdb.importers.base import ImportReport, SourceTable
-from fourdb.importers.dtypes import _is_nested
+from fourdb.importers.dtypes import is_nested
 
 
 def _forms(table: str) -> set[str]:
@@ -31,18 +31,18 @@ def _key_values(values: pd.Series) -> pd.Series:
     return s
 
 
-def _usable_key(values: pd.Series) -> bool:
-    if pd.api.types.is_bool_dtype(values) or pd.api.types.is_datetime64_any_dtype(values) or _is_nested(values):
+def usable_key(values: pd.Series) -> bool:
+    if pd.api.types.is_bool_dtype(values) or pd.api.types.is_datetime64_any_dtype(values) or is_nested(values):
         return False
     s = values.dropna()
     return not (pd.api.types.is_float_dtype(s) and not (s == s.round()).all())
 
 
-def _is_unique_key(values: pd.Series) -> bool:
-    return len(values) > 0 and values.notna().all() and values.is_unique and _usable_key(values)
+def is_unique_key(values: pd.Series) -> bool:
+    return len(values) > 0 and values.notna().all() and values.is_unique and usable_key(values)
 
 
-def _missing(child: pd.Series, parent: pd.Series) -> int:
+def missing_references(child: pd.Series, parent: pd.Series) -> int:
     """How many non-null child values are not among the parent's values."""
     c, p = _key_values(child), _key_values(parent)
     if pd.api.types.is_numeric_dtype(c) != pd.api.types.is_numeric_dtype(p):
@@ -56,7 +56,7 @@ def infer_primary_key(table: str, frame: pd.DataFrame) -> str | None:
     by_lower = {str(c).lower(): c for c in frame.columns}
     for w in wanted:
         col = by_lower.get(w)
-        if col is not None and _is_unique_key(frame[col]):
+        if col is not None and is_unique_key(frame[col]):
             return col
     return None
 
@@ -65,7 +65,7 @@ def infer_foreign_keys(tables: dict[str, SourceTable], report: ImportReport | No
     """Add foreign keys named <other>_id (or like another table's primary key) whose values all appear there."""
     for t in tables.values():
         for col in t.frame.columns:
-            if col == t.primary_key or col in t.foreign_keys or not _usable_key(t.frame[col]):
+            if col == t.primary_key or col in t.foreign_keys or not usable_key(t.frame[col]):
                 continue
             low = str(col).lower()
             if low == "id" or t.frame[col].notna().sum() == 0:
@@ -75,7 +75,7 @@ def infer_foreign_keys(tables: dict[str, SourceTable], report: ImportReport | No
             by_pk = [u for u in tables.values() if u is not t and u.primary_key and u not in by_name
                      and str(u.primary_key).lower() == low and low != "id"]
             for u in by_name + by_pk:
-                n = _missing(t.frame[col], u.frame[u.primary_key])
+                n = missing_references(t.frame[col], u.frame[u.primary_key])
                 if n == 0:
                     t.foreign_keys[col] = (u.name, u.primary_key)
                     t.inferred_fks.add(col)

@@ -9,8 +9,8 @@ import pandas as pd
 
 from fourdb.errors import DatabaseImportError, FourdbError
 from fourdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
-from fourdb.importers.dtypes import _is_nested
-from fourdb.importers.samples import _samples_task
+from fourdb.importers.dtypes import is_nested
+from fourdb.importers.samples import samples_task
 from fourdb.rdb.files import read_parquet
 from fourdb.tasks.types import TaskType
 from fourdb.untrusted import check_name, load_json, reading
@@ -121,11 +121,11 @@ def _relbench_task(tdir: Path, tables: dict[str, SourceTable], dname: str,
         report.notes.append(f"{skip} its test samples have no '{target}' column (masked labels)")
         return None
     labels = pd.concat([f[target] for f in splits.values()]).dropna()
-    if _is_nested(labels) or not pd.api.types.is_numeric_dtype(labels):
+    if is_nested(labels) or not pd.api.types.is_numeric_dtype(labels):
         report.notes.append(f"{skip} its target '{target}' is not a number (link or multilabel tasks do not convert)")
         return None
     kind = TaskType.BINARY if set(np.unique(labels)) <= {0, 1} else TaskType.REGRESSION
-    return _samples_task(name, dname, splits, key, (entity, tables[entity].primary_key), time_col, target, kind,
+    return samples_task(name, dname, splits, key, (entity, tables[entity].primary_key), time_col, target, kind,
                          None, {}, f"Converted from RelBench task '{name}' (entity {entity}).", report)
 
 

@@ -25,7 +25,7 @@ import pandas as pd
 
 from fourdb.errors import DatabaseImportError, FourdbError
 from fourdb.importers.base import IMPORTERS, Format, ImportReport, Imported, SourceTable
-from fourdb.importers.samples import _samples_task
+from fourdb.importers.samples import samples_task
 from fourdb.rdb.files import read_parquet
 from fourdb.rdb.sandbox import SQLSandbox, inside_folder
 from fourdb.tasks.types import TaskType
@@ -375,7 +375,7 @@ def _external(tm: dict, tfile: Path, base: dict, stamps: tuple[str, str], remove
     if tm.get("evaluator"):
         report.notes.append(f"RelBench task '{name}': its '{tm['evaluator']}' scoring protocol is not reproduced; "
                             f"fourdb scores it with {', '.join(base['metrics'])}")
-    converted = _samples_task(name, base["dataset"], splits, key, (entity, specs[entity]["pkey"]), time_col,
+    converted = samples_task(name, base["dataset"], splits, key, (entity, specs[entity]["pkey"]), time_col,
                               tm["target_col"], base["task_type"], None, {}, base["description"], report)
     if converted is None:
         return None

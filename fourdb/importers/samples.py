@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 
 from fourdb.importers.base import ImportReport, SourceTable
-from fourdb.importers.dtypes import _parse_datetimes
+from fourdb.importers.dtypes import parse_datetimes
 from fourdb.tasks.types import TaskType
 
 
-def _samples_task(name: str, dname: str, splits: dict[str, pd.DataFrame], key: str, link: tuple[str, str],
+def samples_task(name: str, dname: str, splits: dict[str, pd.DataFrame], key: str, link: tuple[str, str],
                   time_col: str, target: str, kind: TaskType | str, metric: str | None, dtypes: dict[str, str],
                   description: str, report: ImportReport) -> tuple[SourceTable, dict] | None:
     """A task given as sample files -> a table of samples plus a row-column task file over it."""
@@ -27,7 +27,7 @@ def _samples_task(name: str, dname: str, splits: dict[str, pd.DataFrame], key: s
             report.notes.append(f"{skip} it has no {split} samples")
             return None
     frame = pd.concat([f.assign(__split=s) for s, f in splits.items()], ignore_index=True)
-    cutoff = _parse_datetimes(pd.Series(frame[time_col]), numbers_as_ns=True)
+    cutoff = parse_datetimes(pd.Series(frame[time_col]), numbers_as_ns=True)
     if cutoff is None or cutoff.isna().any():
         report.notes.append(f"{skip} its time column '{time_col}' is not all timestamps")
         return None

@@ -21,7 +21,8 @@ from fourdb.untrusted import LimitError, reading, safe_text
 from fourdb.utils import duckdb_connect, naive_utc
 
 
-def _first_bad(values: pd.Series, bad_mask: pd.Series) -> str:
+def first_bad(values: pd.Series, bad_mask: pd.Series) -> str:
+    """The first value ``bad_mask`` marks, its row and how many are marked: for an error message."""
     idx = bad_mask.to_numpy().nonzero()[0]
     first = idx[0]
     return f"value {values.iloc[first]!r} (row {first + 1}; {len(idx)} bad rows)"
@@ -122,7 +123,7 @@ def _coerce_column(table: Table, name: str, dtype: str, values: pd.Series) -> pd
         out = pd.to_numeric(values, errors="coerce")
         bad = out.isna() & values.notna()
         if bad.any():
-            raise SchemaError(f"{where}: {_first_bad(values, bad)} is not numeric")
+            raise SchemaError(f"{where}: {first_bad(values, bad)} is not numeric")
         return out.astype("float64", copy=False)
     if dtype == "datetime":
         if pd.api.types.is_datetime64_any_dtype(values):
@@ -131,7 +132,7 @@ def _coerce_column(table: Table, name: str, dtype: str, values: pd.Series) -> pd
             out = pd.to_datetime(values, errors="coerce", format="mixed", utc=True)
             bad = out.isna() & values.notna()
             if bad.any():
-                raise SchemaError(f"{where}: {_first_bad(values, bad)} is not a parseable timestamp")
+                raise SchemaError(f"{where}: {first_bad(values, bad)} is not a parseable timestamp")
         out = naive_utc(out)
         return out.astype("datetime64[ns]", copy=False)
     if dtype in ("category", "text"):
