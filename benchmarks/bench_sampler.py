@@ -87,8 +87,8 @@ class GraphBoltTemporal:
         self.fanouts = [torch.full((len(self.etype),), f, dtype=torch.int64) for f in fanouts]
 
     def sample(self, seed_type, seeds, cutoffs):
-        from fourdb.engine.blocks import make_block
-        from fourdb.engine.sampler import SampledBatch
+        from fourdb.engine.sampling.blocks import make_block
+        from fourdb.engine.sampling.sampler import SampledBatch
 
         cut_values, rank = np.unique(np.asarray(cutoffs, np.int64), return_inverse=True)
         n_cut = len(cut_values)
@@ -219,7 +219,7 @@ def samplers(data, batches, ours_all_ids=False):
     distinct nodes. The cutoff is returned too."""
     import dgl
 
-    from fourdb.engine.sampler import TemporalSampler
+    from fourdb.engine.sampling.sampler import TemporalSampler
 
     g, st = data.graph.g.long(), data.seed_type  # int64 ids, as the anchors are fed their seeds
     sampler = data.sampler

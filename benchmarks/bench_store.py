@@ -34,7 +34,7 @@ def epoch_seconds(source, rng) -> float:
 def store_bench(label, data):
     import os
 
-    from fourdb.engine.source import GraphSource
+    from fourdb.engine.sampling.source import GraphSource
 
     os.environ["FOURDB_CACHE"] = tempfile.mkdtemp(prefix="fourdb-bench-")
     online = GraphSource(data, BATCH, engine={"mode": "online"})
@@ -58,8 +58,8 @@ def pipeline_bench(label, data):
     recorded in every job and step and must match between the lone stages and the pipelined run."""
     import os
 
-    from fourdb.engine.pipeline import prefetch
-    from fourdb.engine.source import GraphSource
+    from fourdb.engine.feeding.pipeline import prefetch
+    from fourdb.engine.sampling.source import GraphSource
     from fourdb.models import TaskInfo, create_model
 
     source = GraphSource(data, BATCH, engine={"mode": "online", "workers": 1, "prefetch": 4})

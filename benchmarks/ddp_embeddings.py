@@ -5,7 +5,7 @@ browsing next-views, idgnn with ``id_embeddings`` (a vector per product and per 
 CPU (gloo). Each rank builds the run's inputs once, as ``fourdb run`` does (``prepare_run``), then trains
 the same model from the same seed under ``trainer.embedding_sync=dense``, ``sparse`` and ``tiered`` through
 the one trainer (DDP, each rank its shard of every global batch). Measured per training step on rank 0:
-the bytes the sync sends (ring counts, ``fourdb.engine.embedding_sync``), the step time (training loop of
+the bytes the sync sends (ring counts, ``fourdb.engine.distribution.embedding_sync``), the step time (training loop of
 the epochs after the first, over its steps). Equal work: the three runs take the same steps, so their final
 parameters are compared (``max_param_diff``, expected 0: with 2 ranks the sums are bit for bit the same)
 and their validation MAP after the same epochs is on the line. ``w8_*``: the bytes 8 ranks would send
@@ -39,8 +39,8 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     from hydra import compose, initialize_config_dir
 
     from fourdb.cli import CONF_DIR
-    from fourdb.engine import ddp
-    from fourdb.engine.embedding_sync import all_reduce_bytes, embedding_tables, expected_bytes
+    from fourdb.engine.distribution import ddp
+    from fourdb.engine.distribution.embedding_sync import all_reduce_bytes, embedding_tables, expected_bytes
     from fourdb.models import create_model
     from fourdb.prepare import prepare_run
 
@@ -77,7 +77,7 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
 def main() -> None:
     import torch.multiprocessing as mp
 
-    from fourdb.engine.ddp import free_port
+    from fourdb.engine.distribution.ddp import free_port
 
     out = Path(tempfile.mkdtemp(prefix="fourdb-emb-bench-")) / "results.json"
     mp.spawn(worker, args=(2, free_port(), str(out)), nprocs=2, join=True)

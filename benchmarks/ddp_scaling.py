@@ -37,8 +37,8 @@ def prepare(folders: list[Path]) -> dict:
 
     from fourdb.cli import CONF_DIR
     from fourdb.datasets import load_dataset
-    from fourdb.engine import ddp
-    from fourdb.engine.parallel import choose_nproc, machine, predict
+    from fourdb.engine.distribution import ddp
+    from fourdb.engine.planning.parallel import choose_nproc, machine, predict
     from fourdb.launch import profile
     from fourdb.models import TaskInfo, create_model
     from fourdb.inputs import graph_inputs, inputs_key, shared_folder, subsample

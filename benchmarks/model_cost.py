@@ -66,7 +66,7 @@ def rec_data(size: int = 2000, max_train: int = 6000):
 def time_models(names: list[str], info, data, label: str, baseline: str = "sage") -> None:
     """Build each model on ``data``, time its training steps on its first batches (interleaved rounds),
     and print its cost over ``baseline``'s."""
-    from fourdb.engine.timing import measure_steps
+    from fourdb.engine.planning.timing import measure_steps
     from fourdb.models import create_model
     from fourdb.train.trainer import TrainerConfig
 

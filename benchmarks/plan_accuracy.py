@@ -13,7 +13,7 @@ predicted one, and the process's peak RSS (summed over the ranks under DDP) agai
         measured under it>/<limits> ... ratio=<time_rank_corr>
 
 Three memory limits per database, at a quarter, half and three quarters of the way from the smallest to
-the largest predicted peak of the strategies run: the pick under each (``fourdb.engine.frontier.pick``,
+the largest predicted peak of the strategies run: the pick under each (``fourdb.engine.planning.frontier.pick``,
 fastest) must measure under it.
 """
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _key(s: dict) -> tuple:
 
 
 def main() -> None:
-    from fourdb.engine.frontier import Strategy, pick
+    from fourdb.engine.planning.frontier import Strategy, pick
 
     tmp = Path(tempfile.mkdtemp(prefix="fourdb-plan-bench-"))
     # a cache of its own: every store is built by the run that prices it as unbuilt

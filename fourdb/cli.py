@@ -43,7 +43,7 @@ def _hydra_run(argv: list[str], plan_png: str | None = None, plan: bool = False)
         from fourdb.run import format_records, run_experiment
         from fourdb.settings import check_settings
 
-        from fourdb.engine.ddp import in_torchrun
+        from fourdb.engine.distribution.ddp import in_torchrun
         from fourdb.launch import exit_rank, launch, needs_launch, quiet_other_ranks
         from fourdb.prepare import clear_launch, read_launch
 

@@ -106,7 +106,7 @@ class LayerwiseModule(Protocol):
 @runtime_checkable
 class RowEmbeddings(Protocol):
     """A table of learned vectors of which a training step reads a few rows (a vector per destination row):
-    a data-parallel run exchanges its gradient row by row (``fourdb.engine.embedding_sync``), not whole."""
+    a data-parallel run exchanges its gradient row by row (``fourdb.engine.distribution.embedding_sync``), not whole."""
 
     weight: Any  # torch.nn.Parameter [rows, dim]
     reads: list | None  # set to a list, every training forward appends the rows it read (a tensor); None: not kept

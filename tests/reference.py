@@ -2,9 +2,9 @@
 import numpy as np
 import torch
 
-from fourdb.engine.blocks import make_block
-from fourdb.engine.data import GraphData, add_edge_features
-from fourdb.engine.layerwise import _arrays, _features, _masks, layer_api
+from fourdb.engine.sampling.blocks import make_block
+from fourdb.engine.sampling.data import GraphData, add_edge_features
+from fourdb.engine.feeding.layerwise import _arrays, _features, _masks, layer_api
 
 
 @torch.no_grad()

@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import bench_sampler as bench  # noqa: E402
-from fourdb.engine.sampler import TemporalSampler  # noqa: E402
+from fourdb.engine.sampling.sampler import TemporalSampler  # noqa: E402
 from fourdb.graph import build_graph  # noqa: E402
 
 FANOUTS = [3, 3]

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from fourdb.contracts import RowEmbeddings
-from fourdb.engine import embedding_sync
-from fourdb.engine.ddp import free_port
-from fourdb.engine.embedding_sync import EmbeddingSync, embedding_tables, hot_threshold
+from fourdb.engine.distribution import embedding_sync
+from fourdb.engine.distribution.ddp import free_port
+from fourdb.engine.distribution.embedding_sync import EmbeddingSync, embedding_tables, hot_threshold
 
 STEPS = embedding_sync.PROFILE_STEPS + 5  # past the profile: the tiered sync has chosen its hot tier
 
@@ -45,7 +45,7 @@ def batch(rank: int, step: int) -> torch.Tensor:
 
 
 def train(rank: int, world: int, mode: str) -> tuple[dict, dict]:
-    from fourdb.engine import ddp
+    from fourdb.engine.distribution import ddp
 
     torch.manual_seed(rank)  # the ranks start apart: the sync makes them equal, as DDP does
     module = Toy()

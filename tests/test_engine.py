@@ -12,11 +12,11 @@ import torch
 
 from conftest import config
 from fourdb.engine.config import EngineConfig
-from fourdb.engine.layerwise import layerwise_inference
+from fourdb.engine.feeding.layerwise import layerwise_inference
 from reference import full_graph_forward
-from fourdb.engine.source import GraphSource
-from fourdb.engine.pipeline import prefetch
-from fourdb.engine.store import BatchStore, StoreError, store_key, hot_budget_rows
+from fourdb.engine.sampling.source import GraphSource
+from fourdb.engine.feeding.pipeline import prefetch
+from fourdb.engine.feeding.store import BatchStore, StoreError, store_key, hot_budget_rows
 from fourdb.models import TaskInfo, create_model
 
 
@@ -62,7 +62,7 @@ def assert_same_batches(a, b, featured):
 
 def test_store_keeps_every_edge_id_of_an_all_edge_ids_sampler(data, tmp_path, monkeypatch):
     """The store packs the edge ids its sampler carries, and keeps such batches apart from the default's."""
-    from fourdb.engine.sampler import TemporalSampler
+    from fourdb.engine.sampling.sampler import TemporalSampler
 
     monkeypatch.setenv("FOURDB_CACHE", str(tmp_path))
     s = data.sampler

@@ -1,8 +1,8 @@
 """The time/memory frontier and the pick under a memory limit, on made-up cost tables (no data)."""
 import pytest
 
-from fourdb.engine.cost import Costs, Line, Space, price
-from fourdb.engine.frontier import Strategy, pareto, pick
+from fourdb.engine.planning.cost import Costs, Line, Space, price
+from fourdb.engine.planning.frontier import Strategy, pareto, pick
 from fourdb.errors import SettingError
 
 TABLE = [
@@ -109,9 +109,9 @@ def test_a_limit_no_priced_strategy_meets_names_the_cheapest_in_one_line():
 def test_the_model_is_priced_on_the_threads_training_gives_it():
     """The ddp_scaling misprediction: on a loaded 2-core machine a step on 2 intra-op threads took 50 times
     its 1-thread time, and one process was priced at that, though training with a sampler thread runs
-    its model on 1 thread (fourdb/engine/pipeline.py); two processes (1 thread each) looked 7x faster."""
-    from fourdb.engine.cost import model_threads, rank_step_seconds
-    from fourdb.engine.parallel import Profile, choose_nproc, predict
+    its model on 1 thread (fourdb/engine/feeding/pipeline.py); two processes (1 thread each) looked 7x faster."""
+    from fourdb.engine.planning.cost import model_threads, rank_step_seconds
+    from fourdb.engine.planning.parallel import Profile, choose_nproc, predict
 
     assert model_threads(1, 1, 2) == 1 and model_threads(2, 1, 2) == 1 and model_threads(1, 1, 16) == 15
     assert model_threads(1, 0, 16) == 16 and model_threads(4, 1, 16) == 4

@@ -146,7 +146,7 @@ CONF = ROOT.parent / "conf"
 
 @pytest.mark.parametrize("group,registry", [("model", "fourdb.models:MODELS"), ("features", "fourdb.features:FEATURES"),
                                             ("dataset", "fourdb.datasets:DATASETS"), ("graph", "fourdb.graph:GRAPHS"),
-                                            ("sampler", "fourdb.engine.sampler:STRATEGIES")])
+                                            ("sampler", "fourdb.engine.sampling.sampler:STRATEGIES")])
 def test_every_config_choice_is_registered(group, registry):
     """A conf/<group> YAML names its choice with ``name``, and the registry of that kind knows it (the
     folder dataset aside: any database folder)."""

@@ -145,7 +145,7 @@ def small_graph():
 
 def nodewise(module, data, batch_size: int) -> torch.Tensor:
     """``module``'s outputs for the validation seeds, in batches of ``batch_size``, every neighbour sampled."""
-    from fourdb.engine.source import GraphSource
+    from fourdb.engine.sampling.source import GraphSource
 
     source = GraphSource(data, batch_size)
     source.sampler = data.sampler.with_fanouts([-1, -1])
@@ -163,7 +163,7 @@ def test_gnn_layerwise_inference_equals_full_graph_forward(model, small_graph):
 
     from fourdb.contracts import LayerwiseModule
     from fourdb.engine.config import EngineConfig
-    from fourdb.engine.layerwise import layerwise_inference
+    from fourdb.engine.feeding.layerwise import layerwise_inference
     from fourdb.errors import SettingError
     from fourdb.train.trainer import TrainerConfig
     from reference import full_graph_forward
@@ -211,7 +211,7 @@ def _edge_features(data, change):
 def test_gnn_output_depends_on_edge_features(model, small_graph):
     """Shuffling the link rows' columns over the edges changes the predictions; r2n has no edge features."""
     from fourdb.contracts import LayerwiseModule
-    from fourdb.engine.layerwise import layerwise_inference
+    from fourdb.engine.feeding.layerwise import layerwise_inference
 
     torch.manual_seed(0)
     module = create_model(model, TaskInfo("binary", 2, "auroc")).build(small_graph).eval()

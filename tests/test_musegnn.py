@@ -12,8 +12,8 @@ import pytest
 import torch
 from conftest import config
 
-from fourdb.engine.layerwise import layerwise_inference
-from fourdb.engine.source import GraphSource
+from fourdb.engine.feeding.layerwise import layerwise_inference
+from fourdb.engine.sampling.source import GraphSource
 from fourdb.models import TaskInfo, create_model
 from fourdb.models.musegnn import NEVER
 from fourdb.train.trainer import TrainerConfig
@@ -168,7 +168,7 @@ def test_certify_passes(inference):
 def test_certify_fails_when_rows_are_named_by_row_number(monkeypatch):
     """Deleting the rows after a cutoff renumbers the users (their table is not in signup order), so a store
     keyed by row number hands a seed another user's iterate: certify sees it through the store alone."""
-    import fourdb.engine.data as engine_data
+    import fourdb.engine.sampling.data as engine_data
 
     monkeypatch.setattr(engine_data, "row_keys", lambda data, ntype, nodes, cutoffs: np.asarray(nodes, np.int64))
     verdict = certify()

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from conftest import config
-from fourdb.engine import ddp
-from fourdb.engine.cost import thread_factor
-from fourdb.engine.parallel import Profile, choose_nproc, predict
+from fourdb.engine.distribution import ddp
+from fourdb.engine.planning.cost import thread_factor
+from fourdb.engine.planning.parallel import Profile, choose_nproc, predict
 from fourdb.run import run_experiment
 from fourdb.train import checkpoint
 
@@ -122,7 +122,7 @@ def test_single_process_resumes_from_its_folder(one_process, tmp_path, monkeypat
 
 def test_shared_graph_is_mapped_not_copied(tmp_path):
     from fourdb.datasets import load_dataset
-    from fourdb.engine.source import GraphSource
+    from fourdb.engine.sampling.source import GraphSource
     from fourdb.run import graph_inputs, subsample
     from fourdb.tasks import load_task
 
@@ -144,7 +144,7 @@ def test_shared_graph_is_mapped_not_copied(tmp_path):
 
 
 def test_a_shard_samples_its_part_of_every_global_batch(tmp_path):
-    from fourdb.engine.source import GraphSource
+    from fourdb.engine.sampling.source import GraphSource
 
     class Data:
         seeds = {"train": np.arange(10)}

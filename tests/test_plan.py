@@ -43,7 +43,7 @@ def test_engine_auto_with_the_memory_objective_and_a_limit_records_prediction_an
     assert eng["mode"] == "online" and eng["prefetch"] == 1  # the least memory: nothing stored, one batch ahead
     assert eng["strategy"].startswith("online workers=1 prefetch=1") and eng["predicted_eval_seconds"] > 0
     # the model's own error, kept for fourdb plan to show
-    from fourdb.engine.auto import last_calibration
+    from fourdb.engine.planning.auto import last_calibration
 
     line = last_calibration()
     assert line and "\n" not in line and "off by" in line and eng["strategy"] in line, line

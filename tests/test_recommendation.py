@@ -16,7 +16,7 @@ import torch
 from conftest import config
 
 from fourdb.datasets import load_dataset
-from fourdb.features.interactions import Interactions
+from fourdb.tasks.interactions import Interactions
 from fourdb.metrics import compute
 from fourdb.models import TaskInfo, create_model
 from fourdb.rdb import Database
@@ -187,7 +187,7 @@ def browsing_graph():
 def test_isolated_trees_are_each_seeds_own_neighbourhood():
     """With ``isolate`` a batch holds, per seed, exactly the (type, row) nodes that sampling the seed alone
     reaches (full fanouts: no randomness), and says which seed reached each."""
-    from fourdb.engine.sampler import TemporalSampler
+    from fourdb.engine.sampling.sampler import TemporalSampler
 
     graph = browsing_graph()
     sampler = TemporalSampler(graph, [-1, -1])
@@ -203,8 +203,8 @@ def test_isolated_trees_are_each_seeds_own_neighbourhood():
 
 
 def test_both_ways_holds_every_sampled_edge_and_its_reverse_once():
-    from fourdb.engine.links import both_ways
-    from fourdb.engine.sampler import TemporalSampler
+    from fourdb.engine.sampling.links import both_ways
+    from fourdb.engine.sampling.sampler import TemporalSampler
 
     graph = browsing_graph()
     batch = TemporalSampler(graph, [3, 3]).sample("users", np.arange(6), np.full(6, int(pd.Timestamp("2021-03-01").value)),
@@ -229,7 +229,7 @@ def test_identity_ranking_puts_reached_rows_first_then_popular_ones_and_never_un
     left out even when reached."""
     from types import SimpleNamespace
 
-    from fourdb.engine.links import IdentitySource
+    from fourdb.engine.sampling.links import IdentitySource
 
     day = 86_400 * 10**9
     inter = Interactions(src=np.array([0, 0, 0, 1]), dst=np.array([3, 3, 1, 3]), known=np.arange(4) * day, n_dst=5,
@@ -307,7 +307,7 @@ def test_id_embeddings_find_each_destination_by_key_in_a_database_with_other_row
     """A model learns its vectors on one build of the database and scores another (certification cuts it):
     here the products in reverse order and one the model never saw. Every product reaches the rows of its
     own key and of its shelf's; the new one, its block's row for unseen keys and its shelf's."""
-    from fourdb.engine.links import key_rows, key_sizes, key_vocabularies
+    from fourdb.engine.sampling.links import key_rows, key_sizes, key_vocabularies
     from fourdb.models.id_embeddings import IdEmbeddings
 
     db = load_dataset("browsing", size=60)
@@ -340,7 +340,7 @@ def prepared(model: str, *more: str):
 def test_id_embeddings_are_opt_in_and_leave_the_model_as_it_was_when_not_given(model):
     """Not given (the YAML does not state it, so the boards' config hashes stay): no table, no rows in the
     batches, the parameters of before. Given: one table, and every destination node carries its rows."""
-    from fourdb.engine.embedding_sync import embedding_tables
+    from fourdb.engine.distribution.embedding_sync import embedding_tables
     from fourdb.train.trainer import TrainerConfig
 
     assert "id_embeddings" not in config(*COMMON, "task=next-views", f"model={model}").model.params

@@ -28,7 +28,7 @@ def data():
 
 def tokens(data, max_tokens: int):
     """One batch of every validation seed, every neighbour sampled: the batch and each seed's tokens."""
-    from fourdb.engine.source import GraphSource
+    from fourdb.engine.sampling.source import GraphSource
 
     source = GraphSource(data, 64)
     idx = np.arange(len(data.seeds["val"]))

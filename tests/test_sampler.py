@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from fourdb.engine.sampler import STRATEGIES, TemporalSampler
+from fourdb.engine.sampling.sampler import STRATEGIES, TemporalSampler
 from fourdb.graph import build_graph
 from fourdb.graph.build import ALWAYS
 from fourdb.rdb import Column, Database, Schema, Table, write_database
@@ -427,7 +427,7 @@ def test_planted_future_audits_are_never_sampled(synthetic_db, synthetic_graphs,
 def test_sampled_link_edges_carry_their_link_rows(synthetic_db):
     """r2ne: the features a sampled purchase edge gets (loader) are its own purchase row's encoded
     columns and its age at the seed's cutoff, and that purchase is known at the cutoff."""
-    from fourdb.engine.source import GraphSource
+    from fourdb.engine.sampling.source import GraphSource
     from fourdb.run import graph_inputs
 
     task = load_task(synthetic_db, "synthetic", "taste")

@@ -128,7 +128,8 @@ def test_a_gpu_that_dgl_cannot_use_is_not_chosen(monkeypatch):
     every batch."""
     import torch
 
-    from fourdb.engine import ddp, parallel
+    from fourdb.engine.distribution import ddp
+    from fourdb.engine.planning import parallel
     from fourdb.engine.config import EngineConfig
     from fourdb.train.trainer import TrainerConfig
     from fourdb.utils import gpu_unusable

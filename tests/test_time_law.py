@@ -209,7 +209,7 @@ def test_seed_row_features_are_fitted_before_validation(drifting):
 def test_datetimes_reach_models_as_ages_at_the_cutoff(drifting):
     """Two seeds a year apart (52 weeks: same weekday and month) whose session was seen 3 days before
     their cutoff get the same features: nothing absolute about the time reaches a model."""
-    from fourdb.engine.data import node_inputs
+    from fourdb.engine.sampling.data import node_inputs
     from fourdb.columns import TableEncoder
     from fourdb.inputs import graph_inputs, subsample
 

@@ -8,7 +8,7 @@ import torch
 from conftest import config
 
 from fourdb.errors import FourdbError
-from fourdb.features.labels import label_data
+from fourdb.tasks.past_labels import label_data
 from fourdb.models import TaskInfo, create_model
 from fourdb.run import run_experiment, warn_if_trivial_wins
 from fourdb.tasks.types import TaskType, regression_objective

@@ -1,7 +1,7 @@
 """(seed, candidate) pairs for ranking models: a recommendation task as a binary task over pairs.
 
 Each seed (source, cutoff) gets ``candidates`` destinations: its own past destinations, then the most
-popular ones, as of the cutoff (``fourdb.features.interactions.repeat_score``); or, where the task ships
+popular ones, as of the cutoff (``fourdb.tasks.interactions.repeat_score``); or, where the task ships
 them, its listed candidates. A pair is labelled 1 when
 the candidate is among the seed's true destinations. Its features: the source's row at the cutoff and
 the candidate's row at the cutoff, each through the run's feature set (single-table columns, or DFS),
@@ -17,7 +17,7 @@ import pandas as pd
 
 from fourdb.columns import EncodedTable
 from fourdb.features.base import TableData, build_table_features
-from fourdb.features.interactions import RecData, repeat_score
+from fourdb.tasks.interactions import RecData, repeat_score
 from fourdb.rdb import Database
 from fourdb.tasks import Task
 from fourdb.utils import positions_in_runs

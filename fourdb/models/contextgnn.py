@@ -10,15 +10,15 @@ and the listwise loss over all destinations trains all three. The tower's source
 of the source's GNN state plus the mean embedding of the destinations its subgraph reached (its context);
 a destination's tower score adds a learned weighting of its popularity at the cutoff, so a destination
 no one's subgraph reaches is still ranked sensibly. A destination that does not exist at the cutoff
-gets no score. Inputs come from ``fourdb.engine.links.ContextSource``.
+gets no score. Inputs come from ``fourdb.engine.sampling.links.ContextSource``.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from fourdb.engine.links import ContextSource, key_sizes
-from fourdb.features.interactions import RecData
+from fourdb.engine.sampling.links import ContextSource, key_sizes
+from fourdb.tasks.interactions import RecData
 from fourdb.models.base import register_model
 from fourdb.models.gnn import RecommendationGNN
 from fourdb.models.id_embeddings import IdEmbeddings
@@ -35,7 +35,7 @@ def within(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 class ContextNet(nn.Module):
     def __init__(self, identity: IdentityNet, sizes: list[int], hidden: int, embedding_scale: float):
         """``sizes``: rows of each id column's block of the embedding table (the destinations', then one per
-        foreign key's parents; ``fourdb.engine.links.key_sizes``)."""
+        foreign key's parents; ``fourdb.engine.sampling.links.key_sizes``)."""
         super().__init__()
         self.identity = identity
         self.ids = IdEmbeddings(sizes, hidden, embedding_scale)

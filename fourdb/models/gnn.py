@@ -26,10 +26,10 @@ import inspect
 import torch
 from torch import nn
 
-from fourdb.engine.data import input_width
-from fourdb.engine.source import GraphSource
-from fourdb.engine.blocks import make_block
-from fourdb.engine.links import key_sizes, key_vocabularies
+from fourdb.engine.sampling.data import input_width
+from fourdb.engine.sampling.source import GraphSource
+from fourdb.engine.sampling.blocks import make_block
+from fourdb.engine.sampling.links import key_sizes, key_vocabularies
 from fourdb.errors import FourdbError, SettingError, did_you_mean
 from fourdb.models.base import MODELS, NeuralModel, keywords
 from fourdb.tasks.types import TaskType
@@ -56,7 +56,7 @@ class HeteroGNN(nn.Module):
 
     def forward(self, blocks, feats):
         """``blocks`` input layer first; ``feats`` table -> {"num", "cat"} of the first block's sources (and
-        "row_key", "cutoff": which (row, cutoff) each is, ``fourdb.engine.data.node_names``)."""
+        "row_key", "cutoff": which (row, cutoff) each is, ``fourdb.engine.sampling.data.node_names``)."""
         return self.embed(blocks, feats, self.seed_type)
 
     def embed(self, blocks, feats, ntype: str, h: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
@@ -158,7 +158,7 @@ class RecommendationGNN(GNN):
     def keys(self, data) -> dict:
         """The keys of the destination rows (and of their parent rows) that the model learns a vector for:
         the training database's, fixed when it is fitted; another build of the database (certification
-        cuts it) finds its rows among them by key (``fourdb.engine.links.key_rows``)."""
+        cuts it) finds its rows among them by key (``fourdb.engine.sampling.links.key_rows``)."""
         if self.vocabularies is None:
             self.vocabularies = key_vocabularies(data.interactions.dst_ids)
         return self.vocabularies

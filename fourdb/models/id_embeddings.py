@@ -3,11 +3,11 @@ the two towers' and the identity-aware GNN's with ``id_embeddings: true``.
 
 A destination's vector is the sum of its own row's and, per foreign key, its parent row's (the products
 of one shelf share the shelf's, so a product with few links of its own still lands near its kind). The
-rows are the source's (``fourdb.engine.links.key_rows``): found by key, never by row number, so a model
+rows are the source's (``fourdb.engine.sampling.links.key_rows``): found by key, never by row number, so a model
 fitted on one build of a database scores another (certification cuts it) with the same vectors.
 
 All id columns' vectors are one table, so that a data-parallel run exchanges one gradient for it, row by
-row (``trainer.embedding_sync``, ``fourdb.engine.embedding_sync``): ``reads`` is where it learns which
+row (``trainer.embedding_sync``, ``fourdb.engine.distribution.embedding_sync``): ``reads`` is where it learns which
 rows a training step read.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from torch import nn
 
 class IdEmbeddings(nn.Module):
     def __init__(self, sizes: list[int], dim: int, scale: float = 1.0):
-        """``sizes``: rows of each id column's block (``fourdb.engine.links.key_sizes``)."""
+        """``sizes``: rows of each id column's block (``fourdb.engine.sampling.links.key_sizes``)."""
         super().__init__()
         self.scale = float(scale)
         # stored divided by the scale: the vectors then move ``scale`` times faster under Adam than the

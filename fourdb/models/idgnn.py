@@ -1,6 +1,6 @@
 """An identity-aware GNN for recommendation (the ID-GNN idea, as in RelBench): the seed row is marked
 by a learned vector added to its input state, messages flow out from it through its own sampled tree
-(edges in both directions, ``fourdb.engine.links.IdentitySource``), and every destination row the tree
+(edges in both directions, ``fourdb.engine.sampling.links.IdentitySource``), and every destination row the tree
 reaches is scored by the head on its final state. So a score is about this destination as seen from
 this source. Destinations outside the tree are ranked after the reached ones, by popularity.
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fourdb.engine.links import IdentitySource
-from fourdb.features.interactions import RecData
+from fourdb.engine.sampling.links import IdentitySource
+from fourdb.tasks.interactions import RecData
 from fourdb.models.base import register_model
 from fourdb.models.gnn import HeteroGNN, RecommendationGNN
 from fourdb.models.id_embeddings import IdEmbeddings

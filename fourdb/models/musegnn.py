@@ -21,7 +21,7 @@ cutoff at which a training batch computed its iterate, and that iterate (detache
 same cutoff, it is averaged in with forgetting factor rho, the paper's online mean). A node (row, c) reads
 the entry only if it was computed at a cutoff <= c (``recall``): an iterate computed at cutoff t sees the
 rows known at t, so a node at c >= t may see it and a node at c < t may not, whose term then drops out
-(has_v = 0). Rows are named by ``fourdb.engine.data.row_keys``, which every build of the database as of c
+(has_v = 0). Rows are named by ``fourdb.engine.sampling.data.row_keys``, which every build of the database as of c
 gives alike, so deleting or scrambling what is newer than c changes no entry a node at c reads
 (``fourdb certify``). Only training batches write (``remember``); evaluation reads a frozen store, so a
 row's prediction is a function of its own subgraph and the fitted model, whatever else shares its batch.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fourdb.engine.data import input_width
+from fourdb.engine.sampling.data import input_width
 from fourdb.errors import FourdbError
 from fourdb.models.base import keywords, register_model
 from fourdb.models.encoders import key
@@ -49,7 +49,7 @@ class State:
 
     y: dict[str, torch.Tensor]  # the iterate Y
     f: dict[str, torch.Tensor]  # f(x), the data term's target, the same at every step
-    row_key: dict[str, torch.Tensor]  # fourdb.engine.data.row_keys (-1: the row has no name)
+    row_key: dict[str, torch.Tensor]  # fourdb.engine.sampling.data.row_keys (-1: the row has no name)
     cutoff: dict[str, torch.Tensor]  # int64 ns
 
     def prefix(self, n: dict[str, int], y: dict[str, torch.Tensor]) -> "State":

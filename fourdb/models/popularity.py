@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fourdb.features.interactions import RecData, repeat_score
+from fourdb.tasks.interactions import RecData, repeat_score
 from fourdb.models.base import Model, register_model
 from fourdb.tasks.types import TaskType
 

@@ -8,7 +8,7 @@ import inspect
 import numpy as np
 
 from fourdb.contracts import Report
-from fourdb.features.interactions import RecData
+from fourdb.tasks.interactions import RecData
 from fourdb.models.base import MODELS, Model, TaskInfo, register_model
 from fourdb.tasks.types import TaskType
 

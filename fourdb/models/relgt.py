@@ -37,8 +37,8 @@ import dgl
 import torch
 from torch import nn
 
-from fourdb.engine.data import RELATIVE_TIME_DIMS, input_width
-from fourdb.engine.source import GraphSource
+from fourdb.engine.sampling.data import RELATIVE_TIME_DIMS, input_width
+from fourdb.engine.sampling.source import GraphSource
 from fourdb.errors import FourdbError, SettingError
 from fourdb.models.base import NeuralModel, keywords, register_model
 from fourdb.models.encoders import TypeEncoder, key

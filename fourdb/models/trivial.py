@@ -2,14 +2,14 @@
 features). Global ones predict one value for every seed from the run's training labels: ``zero``,
 ``mean``, ``median`` (regression) and ``prior`` (classification: the training class frequencies).
 Entity ones predict from the seed's entity's own training labels known by its cutoff
-(``fourdb.features.labels``): ``entity_mean`` (for classification, its past class frequencies) and
+(``fourdb.tasks.past_labels``): ``entity_mean`` (for classification, its past class frequencies) and
 ``entity_median``; an entity with no past label gets the global prediction. Every run computes them
 beside its model and warns when the model does not beat the best (``fourdb.run``)."""
 from __future__ import annotations
 
 import numpy as np
 
-from fourdb.features.labels import LabelData
+from fourdb.tasks.past_labels import LabelData
 from fourdb.models.base import Model, register_model
 from fourdb.tasks.types import TaskType
 

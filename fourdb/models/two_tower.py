@@ -1,6 +1,6 @@
 """Two towers for recommendation: sources and destinations encoded by one heterogeneous GNN (the
 convolution of a named GNN, ``gnn: sage``), each over its own temporal subgraph as of the seed's cutoff,
-and scored by their dot product; trained with sampled negatives (``fourdb.engine.links.LinkSource``).
+and scored by their dot product; trained with sampled negatives (``fourdb.engine.sampling.links.LinkSource``).
 
 With ``id_embeddings: true`` every destination node (a tower's own seed, or a neighbour in a source's
 subgraph) adds a learned vector of its row, found by key (``fourdb.models.id_embeddings``), to its input
@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from fourdb.engine.links import LinkSource
-from fourdb.features.interactions import RecData
+from fourdb.engine.sampling.links import LinkSource
+from fourdb.tasks.interactions import RecData
 from fourdb.models.base import register_model
 from fourdb.models.gnn import HeteroGNN, RecommendationGNN
 from fourdb.models.id_embeddings import IdEmbeddings

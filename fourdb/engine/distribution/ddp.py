@@ -153,7 +153,7 @@ def wrap(module: torch.nn.Module, device: torch.device, ignore=()) -> torch.nn.M
 
     ``find_unused_parameters``: a sampled subgraph need not reach every table, so a rank's forward pass
     may leave some encoders unused. ``ignore``: names of parameters whose gradients travel another way
-    (``fourdb.engine.embedding_sync``).
+    (``fourdb.engine.distribution.embedding_sync``).
     """
     from torch.nn.parallel import DistributedDataParallel
 

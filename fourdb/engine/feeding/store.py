@@ -35,10 +35,10 @@ import numpy as np
 import torch
 from filelock import FileLock
 
-from fourdb.engine.blocks import make_block
-from fourdb.engine.data import add_edge_features, input_rows, node_names, relative_time, row_features
-from fourdb.engine.pipeline import prefetch
-from fourdb.engine.timing import row_bytes
+from fourdb.engine.sampling.blocks import make_block
+from fourdb.engine.sampling.data import add_edge_features, input_rows, node_names, relative_time, row_features
+from fourdb.engine.feeding.pipeline import prefetch
+from fourdb.engine.planning.timing import row_bytes
 from fourdb.utils import atomic_output, atomic_write_text, cache_root, progress, stable_hash
 
 STORE_VERSION = 4  # 2: edge ids in the edge lists, input cutoffs; 3: ns times, relative time per type; 4: input node ids

@@ -16,14 +16,14 @@ import numpy as np
 import torch
 
 from fourdb.contracts import DataSource
-from fourdb.engine.auto import choose, save_calibration
+from fourdb.engine.planning.auto import choose, save_calibration
 from fourdb.engine.config import EngineConfig
-from fourdb.engine.data import GraphData, add_edge_features, node_inputs
-from fourdb.engine.frontier import pareto
-from fourdb.engine.layerwise import layerwise_inference
-from fourdb.engine.pipeline import prefetch
-from fourdb.engine.store import BatchStore
-from fourdb.engine.timing import maxrss_mb
+from fourdb.engine.sampling.data import GraphData, add_edge_features, node_inputs
+from fourdb.engine.planning.frontier import pareto
+from fourdb.engine.feeding.layerwise import layerwise_inference
+from fourdb.engine.feeding.pipeline import prefetch
+from fourdb.engine.feeding.store import BatchStore
+from fourdb.engine.planning.timing import maxrss_mb
 
 log = logging.getLogger("fourdb")
 
@@ -49,7 +49,7 @@ class GraphSource(DataSource):
         self.store = None
         self.module, self.device = None, None  # handed over by the trainer (``prepare``), for ``auto``
         self.planned_epochs = None
-        self.rank, self.world = 0, 1  # data-parallel shard (fourdb/engine/ddp.py)
+        self.rank, self.world = 0, 1  # data-parallel shard (fourdb/engine/distribution/ddp.py)
 
     # ------------------------------------------------------------------ data access
     def labels(self, split: str) -> np.ndarray:
@@ -68,7 +68,7 @@ class GraphSource(DataSource):
         A shard keeps its contiguous part of every global batch (one with fewer seeds than ranks is
         left out on all of them) and samples it from a seed of its own.
         """
-        from fourdb.engine.ddp import rank_seed, shard
+        from fourdb.engine.distribution.ddp import rank_seed, shard
 
         order = rng.permutation(len(self.data.seeds["train"]))
         chunks = [order[s:s + self.batch_size] for s in range(0, len(order), self.batch_size)]

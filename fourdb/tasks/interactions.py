@@ -17,13 +17,15 @@ import pandas as pd
 import scipy.sparse as sp
 import torch
 
-from fourdb.columns import MISSING_TIME
 from fourdb.rdb import Database
 from fourdb.tasks import Task
 from fourdb.tasks.materialize import past_links
 from fourdb.utils import NS_PER_DAY, to_epoch_ns
 
 CHUNK = 4096  # seeds scored at once: a [CHUNK, destinations] score matrix
+# the birth of a destination row that exists at every cutoff: the time to_epoch_ns gives a missing one (the
+# same value as columns.MISSING_TIME and graph.build.ALWAYS, both a layer above tasks)
+ALWAYS = np.iinfo(np.int64).min
 
 
 @dataclass
@@ -32,7 +34,7 @@ class Interactions:
     dst: np.ndarray  # destination row
     known: np.ndarray  # int64 ns: when the link became known
     n_dst: int
-    dst_born: np.ndarray  # int64 ns per destination row; MISSING_TIME: always there
+    dst_born: np.ndarray  # int64 ns per destination row; ALWAYS: always there
     window: int  # ns: the task's label window ("recent" popularity counts the last one)
     # per destination row, its primary key and its foreign keys' values (column -> values): what names a
     # row, and the rows it belongs to, across two builds of a database whose row numbers differ (a model
@@ -49,7 +51,7 @@ class Interactions:
         table = db.schema.table(task.spec.destination_table)
         n_dst = len(db.tables[table.name])
         born = to_epoch_ns(db.tables[table.name][table.time_column]) if table.time_column else \
-            np.full(n_dst, MISSING_TIME, np.int64)
+            np.full(n_dst, ALWAYS, np.int64)
         frame = db.tables[table.name]
         ids = {table.primary_key or "": frame[table.primary_key].to_numpy() if table.primary_key else np.arange(n_dst),
                **{fk.name: frame[fk.name].to_numpy() for fk in table.foreign_keys}}
@@ -60,7 +62,7 @@ class Interactions:
     # -- as of one cutoff --------------------------------------------------------------------------
     def exists(self, cutoff: int) -> np.ndarray:
         """Destinations that exist at ``cutoff`` (bool per destination row)."""
-        return (self.dst_born == MISSING_TIME) | (self.dst_born <= cutoff)
+        return (self.dst_born == ALWAYS) | (self.dst_born <= cutoff)
 
     def popularity(self, cutoff: int) -> tuple[np.ndarray, np.ndarray]:
         """(links per destination in the last window known by ``cutoff``, links ever known by it)."""
@@ -160,7 +162,7 @@ class RecData:
     destination: str  # the destination table
     pairs: object = None  # fourdb.features.TableData over (seed, candidate) rows
     candidates: dict[str, np.ndarray] | None = None
-    graph: object = None  # fourdb.engine.data.GraphData, for the GNNs
+    graph: object = None  # fourdb.engine.sampling.data.GraphData, for the GNNs
     # per split, the destination rows each seed ranks (a task's shipped candidates); absent: every one
     allowed: dict[str, np.ndarray] = field(default_factory=dict)
 

@@ -1,7 +1,7 @@
 """The engine's cost model: what a strategy costs in epoch time and peak memory, from what a dry run measured.
 
-Pure functions over ``Costs`` (fourdb/engine/auto.py measures them), so ``engine=auto``, ``fourdb plan``
-and ``trainer.nproc=auto`` (fourdb/engine/parallel.py) price a step the same way, and the rules can be
+Pure functions over ``Costs`` (fourdb/engine/planning/auto.py measures them), so ``engine=auto``, ``fourdb plan``
+and ``trainer.nproc=auto`` (fourdb/engine/planning/parallel.py) price a step the same way, and the rules can be
 checked on made-up numbers.
 
 A strategy is how one run is fed (the store, the hot tier, sampler threads, prefetch depth, the number
@@ -12,7 +12,7 @@ training gives it, an evaluation forward pass, the bytes a made batch holds and 
 
 Time, on the CPU: ``p`` ranks share the cores, each with ``cores // p`` intra-op threads, and a rank's
 model gets what its ``W`` sampler threads leave (``min(cores // p, cores - W)``, as
-``fourdb.engine.pipeline.prefetch`` sets it; timed at that count, never at an oversubscribed one). A
+``fourdb.engine.feeding.pipeline.prefetch`` sets it; timed at that count, never at an oversubscribed one). A
 pipelined step takes the longer of model and data and hides half of the shorter (``CPU_OVERLAP``), but
 never less than the rank's CPU work over its cores: on one core the sampler and the model take turns.
 Ranks add DDP's own work per step and the gradient all-reduce (ring: ``2 (p-1)/p`` of the gradient bytes
@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from fourdb.engine.frontier import Strategy
+from fourdb.engine.planning.frontier import Strategy
 
 CPU_OVERLAP = 0.5  # share of the shorter stage hidden behind the longer when both run on the same cores
 # building a stored batch (sample, pack, write, checksum) over sampling and gathering it; measured here: 2 epochs
@@ -139,7 +139,7 @@ def step_seconds(model_s: float, data_s: float, on_gpu: bool) -> float:
 
 def model_threads(nproc: int, workers: int, cores: int) -> int:
     """Intra-op threads of a rank's model: its share of the cores, less its sampler threads
-    (fourdb/engine/pipeline.py caps the consumer at ``cores - workers``)."""
+    (fourdb/engine/feeding/pipeline.py caps the consumer at ``cores - workers``)."""
     return max(1, min(max(1, cores // nproc), cores - workers))
 
 
@@ -167,7 +167,7 @@ def comm_seconds(nproc: int, grad_bytes: float, on_gpu: bool) -> float:
 
 def held_batches(workers: int, depth: int) -> int:
     """Batches alive at once in ``prefetch(jobs, workers, depth)``: the queue, those in production and the
-    one the model is on (fourdb/engine/pipeline.py: one thread queues ``depth``, a pool ``max(depth, workers)``)."""
+    one the model is on (fourdb/engine/feeding/pipeline.py: one thread queues ``depth``, a pool ``max(depth, workers)``)."""
     return depth + 2 if workers <= 1 else max(depth, workers) + 1
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fourdb.engine.blocks import make_block
+from fourdb.engine.sampling.blocks import make_block
 from fourdb.graph.build import ALWAYS, RelGraph
 from fourdb.registry import Registry
 

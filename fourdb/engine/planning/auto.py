@@ -14,8 +14,8 @@ trainer's generator, so training sees exactly the batches it would anyway) and m
 
 ``fourdb plan`` (``explore``) also measures half batches, so the costs become lines in the batch's seeds
 and price other batch sizes and data-parallel ranks, and one cutoff of exact layer-wise evaluation.
-``fourdb.engine.cost`` turns the measurements into every strategy's epoch time and peak memory;
-``fourdb.engine.frontier.pick`` takes the fastest (``engine.objective=time``) or the smallest
+``fourdb.engine.planning.cost`` turns the measurements into every strategy's epoch time and peak memory;
+``fourdb.engine.planning.frontier.pick`` takes the fastest (``engine.objective=time``) or the smallest
 (``memory``) on the Pareto frontier under ``engine.memory_limit_gb``, among the strategies that train
 and evaluate what the run asks (its batch size, evaluation and number of processes: auto only chooses
 how batches are fed). The run log and record state the prediction, and each epoch's measured time and
@@ -34,13 +34,13 @@ import numpy as np
 import torch
 
 from fourdb.contracts import LayerwiseModule
-from fourdb.engine.cost import MAX_CPU_RANKS, Costs, Line, Space, price
-from fourdb.engine.frontier import Strategy, pareto, pick
-from fourdb.engine.layerwise import cutoff_inference
-from fourdb.engine.parallel import machine
-from fourdb.engine.pipeline import prefetch
-from fourdb.engine.store import hot_budget_rows, replay_seconds, store_key, stored_mb
-from fourdb.engine.timing import (PeakRSS, batch_mb, forward_times, maxrss_mb, median_seconds, rss_mb, step_times,
+from fourdb.engine.planning.cost import MAX_CPU_RANKS, Costs, Line, Space, price
+from fourdb.engine.planning.frontier import Strategy, pareto, pick
+from fourdb.engine.feeding.layerwise import cutoff_inference
+from fourdb.engine.planning.parallel import machine
+from fourdb.engine.feeding.pipeline import prefetch
+from fourdb.engine.feeding.store import hot_budget_rows, replay_seconds, store_key, stored_mb
+from fourdb.engine.planning.timing import (PeakRSS, batch_mb, forward_times, maxrss_mb, median_seconds, rss_mb, step_times,
                                   with_threads)
 from fourdb.utils import atomic_write_text, cache_root
 

@@ -11,7 +11,7 @@ The profile times, on this process, a few training batches of the global batch `
 it (the cores its sampler thread leaves; all of them for a model without one). Two batch sizes give a
 fixed per-batch cost plus a per-seed cost, ``t(b) = a + c * b``; the two thread counts give the share
 of the model's work that parallelizes over threads (Amdahl). For ``p`` ranks (each with ``B/p`` seeds
-and ``W`` sampler threads, as ``engine.auto`` picks) a step is ``fourdb.engine.cost.rank_step_seconds``
+and ``W`` sampler threads, as ``engine=auto`` picks) a step is ``fourdb.engine.planning.cost.rank_step_seconds``
 (the model on the threads its rank's sampler leaves it, overlapped with sampling, never faster than
 the rank's CPU work over its share of the cores) plus, with ``p > 1``, ``comm_seconds`` (DDP's own
 work per step and the ring all-reduce of the gradients). The same formulas price ``engine=auto``'s
@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from fourdb.engine.cost import MAX_CPU_RANKS, Line, comm_seconds, rank_step_seconds
+from fourdb.engine.planning.cost import MAX_CPU_RANKS, Line, comm_seconds, rank_step_seconds
 
 log = logging.getLogger("fourdb")
 MIN_GAIN = 0.05

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from fourdb.contracts import LayerwiseModule
-from fourdb.engine.data import GraphData, add_edge_features, node_inputs
-from fourdb.engine.blocks import make_block
+from fourdb.engine.sampling.data import GraphData, add_edge_features, node_inputs
+from fourdb.engine.sampling.blocks import make_block
 
 
 def layer_api(module: LayerwiseModule) -> LayerwiseModule:

@@ -31,11 +31,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fourdb.engine.blocks import make_block
-from fourdb.engine.pipeline import prefetch
-from fourdb.engine.source import GraphSource
-from fourdb.engine.timing import to_device
-from fourdb.features.interactions import CHUNK, RecData, only
+from fourdb.engine.sampling.blocks import make_block
+from fourdb.engine.feeding.pipeline import prefetch
+from fourdb.engine.sampling.source import GraphSource
+from fourdb.engine.planning.timing import to_device
+from fourdb.tasks.interactions import CHUNK, RecData, only
 from fourdb.utils import positions_in_runs
 
 EVAL_SEED = 12345
