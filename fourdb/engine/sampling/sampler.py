@@ -241,85 +241,123 @@ class TemporalSampler:
         node is a (row, seed) pair, never shared with another seed's), and ``input_groups`` says
         which seed reached each input node: what an identity-aware model reads its scores from.
         """
-        dev = self.device
-        seeds = _as_tensor(seeds, dev)
-        cut_np = cutoffs.cpu().numpy() if isinstance(cutoffs, torch.Tensor) else np.asarray(cutoffs, np.int64)
-        if isolate:  # a "cutoff rank" per seed: pairs of different seeds never merge, even at one cutoff
-            cut_values_np, cut_rank_np = cut_np.reshape(-1), np.arange(cut_np.size)
-        else:
-            cut_values_np, cut_rank_np = np.unique(cut_np, return_inverse=True)
-        n_cut = len(cut_values_np)
-        cut_values = torch.from_numpy(cut_values_np).to(dev)
-        cut_codes = torch.from_numpy(self.coder.code(cut_values_np)).to(dev)
-        span = self.coder.span
+        seeds = _as_tensor(seeds, self.device)
+        cut = self._cutoffs(cutoffs, isolate)
         # frontier per type: pair keys (node * n_cut + cutoff rank), dst nodes first
-        frontier = {seed_type: seeds * n_cut + torch.from_numpy(cut_rank_np.reshape(-1)).to(dev)}
+        frontier = {seed_type: seeds * cut.n + cut.ranks}
         if len(torch.unique(frontier[seed_type])) != len(seeds):
             raise ValueError("seeds must be distinct (node, cutoff) pairs")
-        empty = torch.zeros(0, dtype=torch.int64, device=dev)
+        hidden = _Hidden(seed_type, len(seeds), hidden_etypes)
         blocks = []
         for fanout in reversed(self.fanouts):
-            src_keys = {t: None for t in frontier}  # the source types of this block
-            by_src: dict[str, list] = {}  # source type -> [(etype, neighbour pair keys, dst rows)]
-            for dst_type, dst_keys in frontier.items():
-                ix = self.index.get(dst_type)
-                if ix is None:
-                    continue
-                n, k = len(dst_keys), len(ix.etypes)
-                for et in ix.etypes:
-                    src_keys.setdefault(et[0], None)
-                if n == 0:
-                    for et in ix.etypes:
-                        by_src.setdefault(et[0], []).append((et, empty, empty, None))  # ids: set below where carried
-                    continue
-                nodes, ranks = dst_keys // n_cut, dst_keys % n_cut
-                # every (edge type, pair) at once: slot j of pair i is query j * n + i
-                q = (torch.arange(k, device=dev)[:, None] * ix.num + nodes[None, :]).reshape(-1)
-                lo = ix.indptr[q]
-                counts = torch.clamp(ix.known(q, q * span + cut_codes[ranks].repeat(k), n) - lo, min=0)
-                if dst_type == seed_type and hidden_etypes:
-                    for j, et in enumerate(ix.etypes):
-                        if et in hidden_etypes or et[1] in hidden_etypes:
-                            counts[j * n: j * n + len(seeds)] = 0
-                rows, offsets = self._draw(counts, fanout, rng)
-                at = lo[rows] + offsets
-                dst_rows = rows % n
-                pairs = ix.src[at].long() * n_cut + ranks[dst_rows]
-                sizes = torch.bincount(rows // n, minlength=k).tolist()  # rows ascend: grouped by slot
-                for et, a, p, d in zip(ix.etypes, *(torch.split(x, sizes) for x in (at, pairs, dst_rows))):
-                    by_src.setdefault(et[0], []).append((et, p, d, ix.eid[a].long() if et in self.id_etypes else None))
-            # per source type: its destination pairs first, then the new neighbour pairs (sorted); one
-            # unique with inverse gives both the new pairs and every edge's local source id
-            src_unique, block_edges, block_eids = {}, {}, {}
-            for t in src_keys:
-                dst_part = frontier.get(t, empty)
-                items = by_src.get(t, [])
-                block_eids.update((et, e) for et, _, _, e in items if e is not None)
-                nbrs = torch.cat([p for _, p, _, _ in items]) if items else empty
-                if not len(nbrs):
-                    src_unique[t] = dst_part
-                    for et, _, d, _ in items:
-                        block_edges[et] = (empty, d)
-                    continue
-                uniq, inv = torch.unique(torch.cat([dst_part, nbrs]), return_inverse=True)
-                pos = torch.full((len(uniq),), -1, dtype=torch.int64, device=dev)
-                nd = len(dst_part)
-                pos[inv[:nd]] = torch.arange(nd, device=dev)
-                new = pos < 0
-                pos[new] = nd + torch.arange(int(new.sum()), device=dev)
-                src_unique[t] = torch.cat([dst_part, uniq[new]])
-                local = pos[inv[nd:]]
-                for (et, _, d, _), loc in zip(items, torch.split(local, [len(p) for _, p, _, _ in items])):
-                    block_edges[et] = (loc, d)
-            num_src = {t: len(src_unique.get(t, ())) for t in self.graph.ntypes}
-            num_dst = {t: len(frontier.get(t, ())) for t in self.graph.ntypes}
-            for et in self.graph.canonical_etypes:
-                block_edges.setdefault(et, (empty, empty))
-            for et in self.id_etypes:
-                block_eids.setdefault(et, empty)
-            blocks.insert(0, make_block(block_edges, num_src, num_dst, dev, block_eids))
-            frontier = src_unique
-        input_nodes = {t: k // n_cut for t, k in frontier.items()}
-        input_cutoffs = {t: cut_values[k % n_cut] for t, k in frontier.items()}
-        groups = {t: k % n_cut for t, k in frontier.items()} if isolate else None
+            src_types, by_src = self._neighbours(frontier, fanout, rng, cut, hidden)
+            frontier, block = self._block(frontier, src_types, by_src)
+            blocks.insert(0, block)
+        input_nodes = {t: k // cut.n for t, k in frontier.items()}
+        input_cutoffs = {t: cut.values[k % cut.n] for t, k in frontier.items()}
+        groups = {t: k % cut.n for t, k in frontier.items()} if isolate else None
         return SampledBatch(blocks, input_nodes, input_cutoffs, seed_type, len(seeds), groups)
+
+    def _cutoffs(self, cutoffs, isolate: bool) -> "_Cutoffs":
+        """The seeds' distinct cutoffs and each seed's rank among them; with ``isolate`` a rank per seed, so
+        pairs of different seeds never merge, even at one cutoff."""
+        cut_np = cutoffs.cpu().numpy() if isinstance(cutoffs, torch.Tensor) else np.asarray(cutoffs, np.int64)
+        if isolate:
+            values, ranks = cut_np.reshape(-1), np.arange(cut_np.size)
+        else:
+            values, ranks = np.unique(cut_np, return_inverse=True)
+        dev = self.device
+        return _Cutoffs(len(values), torch.from_numpy(values).to(dev),
+                        torch.from_numpy(self.coder.code(values)).to(dev),
+                        torch.from_numpy(ranks.reshape(-1)).to(dev))
+
+    def _neighbours(self, frontier: dict, fanout: int, rng: np.random.Generator, cut: "_Cutoffs",
+                    hidden: "_Hidden") -> tuple[dict, dict]:
+        """One hop: the source types of the block (the frontier's first, in the order the next hop visits
+        them) and, per source type, ``(etype, neighbour pair keys, dst rows, edge ids or None)`` per edge
+        type, drawn in the frontier's order (the order fixes which random numbers each edge type gets)."""
+        dev = self.device
+        empty = torch.zeros(0, dtype=torch.int64, device=dev)
+        src_types = {t: None for t in frontier}  # a dict as an ordered set
+        by_src: dict[str, list] = {}
+        for dst_type, dst_keys in frontier.items():
+            ix = self.index.get(dst_type)
+            if ix is None:
+                continue
+            n, k = len(dst_keys), len(ix.etypes)
+            for et in ix.etypes:
+                src_types.setdefault(et[0], None)
+            if n == 0:
+                for et in ix.etypes:
+                    by_src.setdefault(et[0], []).append((et, empty, empty, None))  # ids: set below where carried
+                continue
+            nodes, ranks = dst_keys // cut.n, dst_keys % cut.n
+            # every (edge type, pair) at once: slot j of pair i is query j * n + i
+            q = (torch.arange(k, device=dev)[:, None] * ix.num + nodes[None, :]).reshape(-1)
+            lo = ix.indptr[q]
+            counts = torch.clamp(ix.known(q, q * self.coder.span + cut.codes[ranks].repeat(k), n) - lo, min=0)
+            if dst_type == hidden.seed_type and hidden.etypes:
+                for j, et in enumerate(ix.etypes):
+                    if et in hidden.etypes or et[1] in hidden.etypes:
+                        counts[j * n: j * n + hidden.num_seeds] = 0
+            rows, offsets = self._draw(counts, fanout, rng)
+            at = lo[rows] + offsets
+            dst_rows = rows % n
+            pairs = ix.src[at].long() * cut.n + ranks[dst_rows]
+            sizes = torch.bincount(rows // n, minlength=k).tolist()  # rows ascend: grouped by slot
+            for et, a, p, d in zip(ix.etypes, *(torch.split(x, sizes) for x in (at, pairs, dst_rows))):
+                by_src.setdefault(et[0], []).append((et, p, d, ix.eid[a].long() if et in self.id_etypes else None))
+        return src_types, by_src
+
+    def _block(self, frontier: dict, src_types: dict, by_src: dict):
+        """The block of one hop and the next frontier. Per source type: its destination pairs first, then
+        the new neighbour pairs (sorted); one unique with inverse gives both the new pairs and every edge's
+        local source id."""
+        dev = self.device
+        empty = torch.zeros(0, dtype=torch.int64, device=dev)
+        src_unique, block_edges, block_eids = {}, {}, {}
+        for t in src_types:
+            dst_part = frontier.get(t, empty)
+            items = by_src.get(t, [])
+            block_eids.update((et, e) for et, _, _, e in items if e is not None)
+            nbrs = torch.cat([p for _, p, _, _ in items]) if items else empty
+            if not len(nbrs):
+                src_unique[t] = dst_part
+                for et, _, d, _ in items:
+                    block_edges[et] = (empty, d)
+                continue
+            uniq, inv = torch.unique(torch.cat([dst_part, nbrs]), return_inverse=True)
+            pos = torch.full((len(uniq),), -1, dtype=torch.int64, device=dev)
+            nd = len(dst_part)
+            pos[inv[:nd]] = torch.arange(nd, device=dev)
+            new = pos < 0
+            pos[new] = nd + torch.arange(int(new.sum()), device=dev)
+            src_unique[t] = torch.cat([dst_part, uniq[new]])
+            local = pos[inv[nd:]]
+            for (et, _, d, _), loc in zip(items, torch.split(local, [len(p) for _, p, _, _ in items])):
+                block_edges[et] = (loc, d)
+        num_src = {t: len(src_unique.get(t, ())) for t in self.graph.ntypes}
+        num_dst = {t: len(frontier.get(t, ())) for t in self.graph.ntypes}
+        for et in self.graph.canonical_etypes:
+            block_edges.setdefault(et, (empty, empty))
+        for et in self.id_etypes:
+            block_eids.setdefault(et, empty)
+        return src_unique, make_block(block_edges, num_src, num_dst, dev, block_eids)
+
+
+@dataclass
+class _Cutoffs:
+    """The distinct cutoffs of one ``sample`` call: a pair key is ``node * n + rank``."""
+    n: int
+    values: torch.Tensor  # int64 ns per rank
+    codes: torch.Tensor  # per rank, its time in the index's key code (``coder.code``)
+    ranks: torch.Tensor  # per seed, the rank of its cutoff
+
+
+@dataclass
+class _Hidden:
+    """Edge types into the seed rows that must not be sampled (the first ``num_seeds`` pairs of the seed
+    type are the seeds themselves)."""
+    seed_type: str
+    num_seeds: int
+    etypes: frozenset
