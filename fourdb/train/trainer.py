@@ -17,7 +17,7 @@ import copy
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
@@ -70,6 +70,37 @@ class TrainerConfig:
         return torch.device(resolve_device(self.device))
 
 
+@dataclass
+class TrainState:
+    """Where training stands: with the model, the optimizer and the random states, all a checkpoint holds,
+    so that a resumed run goes on as an unbroken one would."""
+    epoch: int = 0  # the epoch under way (after an epoch: the next one)
+    step: int = 0  # batches of that epoch done
+    global_step: int = 0
+    epoch_rng: dict | None = None  # the numpy generator at the epoch's start: its batch plan is drawn again from it
+    losses: list[float] = field(default_factory=list)  # the epoch's so far
+    finished: bool = False  # training stopped (early, or after the last epoch)
+    history: list[dict] = field(default_factory=list)
+    best: float = -math.inf  # the best validation score, signed so that higher is better
+    best_state: dict | None = None  # the model's weights at that score
+    bad_epochs: int = 0  # epochs since it
+    y_mean: float = 0.0  # the label scaling (regression)
+    y_std: float = 1.0
+
+    def to_checkpoint(self, key: str | None, module: torch.nn.Module, opt: torch.optim.Optimizer,
+                      torch_rng: list[dict], world: int) -> dict:
+        """The checkpoint's fields: this state's, the config's key, the model and optimizer states and every
+        rank's torch random state."""
+        return {"key": key, "model": module.state_dict(), "optimizer": opt.state_dict(), "torch_rng": torch_rng,
+                "world": world, **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+    @classmethod
+    def from_checkpoint(cls, saved: dict) -> "TrainState":
+        state = cls(**{f.name: saved[f.name] for f in fields(cls)})
+        state.losses, state.history = list(state.losses), list(state.history)
+        return state
+
+
 class Trainer:
     def __init__(self, cfg: TrainerConfig, task_type: TaskType, metric: str, seed: int = 0):
         self.cfg, self.task_type, self.metric, self.seed = cfg, TaskType(task_type), metric, seed
@@ -102,94 +133,113 @@ class Trainer:
             self.sync = EmbeddingSync(tables, self.cfg.embedding_sync, self.cfg.embedding_hot_rows, ctx.world)
         net = ddp.wrap(module, self.device, self.sync.ignored(module) if self.sync else ()) if ctx.distributed else module
         opt = torch.optim.AdamW(module.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
-        higher = higher_is_better(self.metric)
-        best, best_state, bad_epochs = -math.inf, None, 0
-        first_epoch, skip, global_step, losses, finished, resume_rng = 0, 0, 0, [], False, None
-        saved = checkpoint.load(self.cfg.checkpoint_dir, self.cfg.checkpoint_key)
-        if saved is not None:
-            module.load_state_dict(saved["model"])
-            opt.load_state_dict(saved["optimizer"])
-            rng.bit_generator.state = saved["epoch_rng"]
-            first_epoch, skip, global_step = saved["epoch"], saved["step"], saved["global_step"]
-            losses, finished, self.history = list(saved["losses"]), saved["finished"], list(saved["history"])
-            best, best_state, bad_epochs = saved["best"], saved["best_state"], saved["bad_epochs"]
-            self.y_mean, self.y_std = saved["y_mean"], saved["y_std"]
-            states = saved["torch_rng"]
-            resume_rng = states[ctx.rank] if ctx.rank < len(states) else states[0]
-            log.info("resuming from %s: epoch %d, %d batch(es) done in it, step %d%s",
-                     checkpoint.path_in(self.cfg.checkpoint_dir), first_epoch + 1, skip, global_step,
-                     " (training had finished)" if finished else "")
+        state, resume_rng = self._resume(module, opt, rng, ctx)
         y_val = source.labels("val")
-
-        def save(epoch: int, step: int, epoch_rng: dict, done: bool = False) -> None:
-            states = ddp.all_gather(_rng_state(self.device))  # every rank's, for dropout after a resume
-            if ctx.main:
-                checkpoint.save(self.cfg.checkpoint_dir, {
-                    "key": self.cfg.checkpoint_key, "model": module.state_dict(), "optimizer": opt.state_dict(),
-                    "epoch": epoch, "step": step, "global_step": global_step, "epoch_rng": epoch_rng,
-                    "torch_rng": states, "losses": list(losses), "finished": done, "history": self.history,
-                    "best": best, "best_state": best_state, "bad_epochs": bad_epochs, "world": ctx.world,
-                    "y_mean": self.y_mean, "y_std": self.y_std})
-
-        every = self.cfg.checkpoint_every if self.cfg.checkpoint_dir else 0
-        for epoch in range(first_epoch, 0 if finished else self.cfg.epochs):
-            net.train()
-            epoch_rng = copy.deepcopy(rng.bit_generator.state)  # the epoch's plan is drawn from it up front
+        for epoch in range(state.epoch, 0 if state.finished else self.cfg.epochs):
             start = time.perf_counter()
-            steps = source.num_train_batches()
-            if self.cfg.max_steps_per_epoch:
-                steps = min(steps, self.cfg.max_steps_per_epoch)
-            bar = progress_bar(total=steps, initial=skip, desc=f"epoch {epoch + 1}/{self.cfg.epochs}", leave=False,
-                               enabled=self.cfg.progress and ctx.main)
-            for step, (inputs, y) in enumerate(source.train_batches(rng)):
-                if step >= steps:
-                    break
-                if step < skip:  # done before the checkpoint this run resumed from
-                    continue
-                if resume_rng is not None:
-                    _set_rng_state(resume_rng, self.device)
-                    resume_rng = None
-                if ctx.distributed and not sharded:
-                    if len(y) < ctx.world:  # every rank sees the same global batch, so all skip it
-                        continue
-                    inputs, y = ddp.shard_batch(inputs, y, ctx.rank, ctx.world)
-                opt.zero_grad()
-                out = net(*to_device(inputs, self.device))
-                if self.sync:
-                    self.sync.after_forward()
-                loss = self._loss(out, y.to(self.device))
-                if ctx.distributed:  # DDP averages over ranks: weight by this shard's share of the global batch
-                    (loss * (len(y) * ctx.world / ddp.all_sum(len(y), self.device))).backward()
-                else:
-                    loss.backward()
-                if self.sync:
-                    self.sync.after_backward()
-                opt.step()
-                losses.append(loss.item())
-                global_step += 1
-                bar.update(1)
-                bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
-                if every and global_step % every == 0:
-                    save(epoch, step + 1, epoch_rng)
-            bar.close()
-            skip = 0
+            resume_rng = self._train_epoch(module, net, opt, source, rng, state, epoch, resume_rng, sharded)
             val_score = compute(self.metric, y_val, self.predict(module, source, "val"), source.labels("train"))
-            self.history.append({"epoch": epoch + 1, "loss": float(np.mean(losses)) if losses else float("nan"),
+            self.history.append({"epoch": epoch + 1, "loss": float(np.mean(state.losses)) if state.losses else float("nan"),
                                  f"val_{self.metric}": val_score, "seconds": time.perf_counter() - start})
-            losses = []
-            signed = val_score if higher else -val_score
-            if signed > best:
-                best, best_state, bad_epochs = signed, copy.deepcopy(module.state_dict()), 0
+            signed = val_score if higher_is_better(self.metric) else -val_score
+            if signed > state.best:
+                state.best, state.best_state, state.bad_epochs = signed, copy.deepcopy(module.state_dict()), 0
             else:
-                bad_epochs += 1
-            stop = bad_epochs >= self.cfg.patience
-            if every:
-                save(epoch + 1, 0, copy.deepcopy(rng.bit_generator.state), done=stop or epoch + 1 == self.cfg.epochs)
+                state.bad_epochs += 1
+            stop = state.bad_epochs >= self.cfg.patience
+            state.epoch, state.step, state.losses = epoch + 1, 0, []
+            state.epoch_rng = copy.deepcopy(rng.bit_generator.state)
+            state.finished = stop or epoch + 1 == self.cfg.epochs
+            if self._checkpoint_every:
+                self._save(module, opt, state)
             if stop:
                 break
-        if best_state is not None:
-            module.load_state_dict(best_state)
+        if state.best_state is not None:
+            module.load_state_dict(state.best_state)
         return module
+
+    @property
+    def _checkpoint_every(self) -> int:
+        return self.cfg.checkpoint_every if self.cfg.checkpoint_dir else 0
+
+    def _resume(self, module: torch.nn.Module, opt: torch.optim.Optimizer, rng: np.random.Generator,
+                ctx: ddp.Context) -> tuple[TrainState, dict | None]:
+        """A fresh state, or the run folder's checkpoint loaded into ``module``, ``opt`` and ``rng``, and this
+        rank's torch random state to go on with (None: fresh)."""
+        saved = checkpoint.load(self.cfg.checkpoint_dir, self.cfg.checkpoint_key)
+        if saved is None:
+            return TrainState(history=self.history, y_mean=self.y_mean, y_std=self.y_std), None
+        module.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        rng.bit_generator.state = saved["epoch_rng"]
+        state = TrainState.from_checkpoint(saved)
+        self.history, self.y_mean, self.y_std = state.history, state.y_mean, state.y_std
+        states = saved["torch_rng"]
+        log.info("resuming from %s: epoch %d, %d batch(es) done in it, step %d%s",
+                 checkpoint.path_in(self.cfg.checkpoint_dir), state.epoch + 1, state.step, state.global_step,
+                 " (training had finished)" if state.finished else "")
+        return state, states[ctx.rank] if ctx.rank < len(states) else states[0]
+
+    def _train_epoch(self, module: torch.nn.Module, net: torch.nn.Module, opt: torch.optim.Optimizer, source,
+                     rng: np.random.Generator, state: TrainState, epoch: int, resume_rng: dict | None,
+                     sharded: bool) -> dict | None:
+        """One epoch's batches of ``net`` (``module``, wrapped for DDP), those done before the checkpoint
+        resumed from (``state.step``) skipped. Returns the torch random state still to restore before the
+        next batch runs (None once restored)."""
+        ctx = ddp.context()
+        net.train()
+        state.epoch, state.epoch_rng = epoch, copy.deepcopy(rng.bit_generator.state)  # the epoch's plan is drawn from it up front
+        skip = state.step
+        steps = source.num_train_batches()
+        if self.cfg.max_steps_per_epoch:
+            steps = min(steps, self.cfg.max_steps_per_epoch)
+        bar = progress_bar(total=steps, initial=skip, desc=f"epoch {epoch + 1}/{self.cfg.epochs}", leave=False,
+                           enabled=self.cfg.progress and ctx.main)
+        for step, (inputs, y) in enumerate(source.train_batches(rng)):
+            if step >= steps:
+                break
+            if step < skip:  # done before the checkpoint this run resumed from
+                continue
+            if resume_rng is not None:
+                _set_rng_state(resume_rng, self.device)
+                resume_rng = None
+            if ctx.distributed and not sharded:
+                if len(y) < ctx.world:  # every rank sees the same global batch, so all skip it
+                    continue
+                inputs, y = ddp.shard_batch(inputs, y, ctx.rank, ctx.world)
+            state.losses.append(self._step(net, opt, inputs, y).item())
+            state.global_step += 1
+            state.step = step + 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{np.mean(state.losses[-50:]):.4f}")
+            if self._checkpoint_every and state.global_step % self._checkpoint_every == 0:
+                self._save(module, opt, state)
+        bar.close()
+        return resume_rng
+
+    def _step(self, net: torch.nn.Module, opt: torch.optim.Optimizer, inputs, y: torch.Tensor) -> torch.Tensor:
+        """One optimizer step on a batch; its loss."""
+        ctx = ddp.context()
+        opt.zero_grad()
+        out = net(*to_device(inputs, self.device))
+        if self.sync:
+            self.sync.after_forward()
+        loss = self._loss(out, y.to(self.device))
+        if ctx.distributed:  # DDP averages over ranks: weight by this shard's share of the global batch
+            (loss * (len(y) * ctx.world / ddp.all_sum(len(y), self.device))).backward()
+        else:
+            loss.backward()
+        if self.sync:
+            self.sync.after_backward()
+        opt.step()
+        return loss
+
+    def _save(self, module: torch.nn.Module, opt: torch.optim.Optimizer, state: TrainState) -> None:
+        ctx = ddp.context()
+        torch_rng = ddp.all_gather(_rng_state(self.device))  # every rank's, for dropout after a resume
+        if ctx.main:
+            checkpoint.save(self.cfg.checkpoint_dir, state.to_checkpoint(
+                self.cfg.checkpoint_key, module, opt, torch_rng, ctx.world))
 
     @torch.no_grad()
     def predict(self, module: torch.nn.Module, source, split: str) -> np.ndarray:
