@@ -61,7 +61,7 @@ MAX_CUTOFFS = Bound("FOURDB_MAX_CUTOFFS", "cutoffs a task may make per split")
 DEFAULT_QUERY_SECONDS = 1800.0
 MEMORY_SHARE = 0.5  # of what this process may use: the rest is fourdb's own (torch, the database's frames)
 DEFAULT_MAX_CUTOFFS = 10_000
-MAX_SPILL_BYTES = 16 * 10**9
+MAX_SPILL_BYTES = 8 * 10**9
 SPILL_SHARE = 0.25  # of the disk's free space
 MAX_FILE_BYTES = {"yaml": 16 * 2**20, "json": 256 * 2**20}  # a schema, task, manifest or record is text
 MAX_NESTING = 64  # how deep a YAML or JSON document from a file may nest
@@ -81,25 +81,49 @@ def query_seconds() -> float:
 
 
 def memory_available() -> int:
-    """What this process may use: the machine's memory, less where a cgroup or a resource limit caps it."""
+    """What this process may use: the machine's memory, less where a cgroup (its own or one above it) or a
+    resource limit caps it."""
     import resource
 
     import psutil
 
-    limits = [psutil.virtual_memory().total]
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = Path(path).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit() and int(text) < 2**60:
-            limits.append(int(text))
+    limits = [psutil.virtual_memory().total, *cgroup_memory_limits()]
     for which in (resource.RLIMIT_AS, getattr(resource, "RLIMIT_DATA", None)):
         if which is not None:
             soft = resource.getrlimit(which)[0]
             if soft not in (resource.RLIM_INFINITY, -1) and soft > 0:
                 limits.append(soft)
     return int(min(limits))
+
+
+def cgroup_memory_limits() -> list[int]:
+    """The memory limits of this process's cgroup and every cgroup above it (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``): a process group run under a limit sees it here, not in the machine's total."""
+    found = []
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            base, name = Path("/sys/fs/cgroup"), "memory.max"
+        elif "memory" in controllers.split(","):
+            base, name = Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"
+        else:
+            continue
+        folder = base / path.lstrip("/")
+        while True:
+            try:
+                text = (folder / name).read_text().strip()
+            except OSError:
+                text = ""
+            if text.isdigit() and int(text) < 2**60:
+                found.append(int(text))
+            if folder == base or base not in folder.parents:
+                break
+            folder = folder.parent
+    return found
 
 
 def memory_budget() -> int:
@@ -116,7 +140,7 @@ def memory_budget() -> int:
 
 def spill_budget(folder: str | Path) -> int:
     """Bytes a query may spill under ``folder``: ``FOURDB_SPILL``, else a quarter of the disk's free space (at
-    most 16 GB)."""
+    most 8 GB)."""
     import shutil
 
     raw = SPILL.raw()

@@ -112,3 +112,45 @@ def test_a_bad_bound_is_one_line(monkeypatch, env, value):
     box = SQLSandbox({"t": pd.DataFrame({"a": [1]})}) if env != "FOURDB_MEMORY" else None
     with pytest.raises(FourdbError, match=env):
         box.query("SELECT 1", "t") if box else memory_budget()
+
+
+def own_memory_cgroup(limit: int):
+    """A memory cgroup of this test's own below the one this process runs in (v2 or v1), or None where the
+    machine does not let it make one."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            base, limit_file = Path("/sys/fs/cgroup") / path.lstrip("/"), "memory.max"
+        elif "memory" in controllers.split(","):
+            base, limit_file = Path("/sys/fs/cgroup/memory") / path.lstrip("/"), "memory.limit_in_bytes"
+        else:
+            continue
+        group = base / f"fourdb-test-{os.getpid()}"
+        try:
+            group.mkdir()
+            (group / limit_file).write_text(str(limit))
+            return group
+        except OSError:
+            if group.exists():
+                group.rmdir()
+    return None
+
+
+def test_a_process_group_under_a_memory_limit_is_bounded_by_it(tmp_path):
+    """Run under a cgroup of 3 GB (as a machine or a job scheduler would), fourdb reads the limit and sizes its
+    bounds to it: hostile task SQL still ends in one line, and the group is never killed for memory."""
+    group = own_memory_cgroup(3 * 10**9)
+    if group is None:
+        pytest.skip("this machine does not let the test make a memory cgroup")
+    try:
+        for case in ("a gigabyte a row", "never ends"):
+            folder = write_shop(tmp_path / case.replace(" ", "-"))
+            write_task(folder, HOSTILE[case], name="hostile")
+            script = (f"echo $$ > {group / 'cgroup.procs'} && exec {sys.executable} -m fourdb.cli validate "
+                      f"{folder} --task hostile")
+            p = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                               env={**os.environ, "FOURDB_QUERY_SECONDS": str(SECONDS), "FOURDB_CACHE": str(tmp_path)})
+            errors = [line for line in (p.stdout + p.stderr).splitlines() if line.startswith("error:")]
+            assert p.returncode == 2 and len(errors) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    finally:
+        group.rmdir()
