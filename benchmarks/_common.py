@@ -32,9 +32,10 @@ def load(label: str, task_name: str | None = None, max_val: int | None = None, f
     """GraphData for a benchmark graph, built through the same path as ``fourdb run``."""
     from hydra import compose, initialize_config_dir
 
-    from fourdb.cli import CONF_DIR
+    from fourdb.defaults import CONF_DIR
     from fourdb.datasets import load_dataset
-    from fourdb.run import graph_inputs, subsample
+    from fourdb.experiment.inputs.graph import graph_inputs
+    from fourdb.experiment.inputs import subsample
     from fourdb.tasks import load_task
 
     name, params, default_task = GRAPHS[label]

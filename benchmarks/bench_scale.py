@@ -75,12 +75,13 @@ def run_one(users: int, cache: Path) -> None:
     os.environ["FOURDB_CACHE"] = str(cache)
     from hydra import compose, initialize_config_dir
 
-    from fourdb.cli import CONF_DIR
+    from fourdb.defaults import CONF_DIR
     from fourdb.datasets.base import dataset_folder
     from fourdb.features import build_table_features
     from fourdb.models import TaskInfo, create_model
     from fourdb.rdb import Database
-    from fourdb.run import graph_inputs, subsample
+    from fourdb.experiment.inputs.graph import graph_inputs
+    from fourdb.experiment.inputs import subsample
     from fourdb.tasks import load_task
     from fourdb.train.trainer import TrainerConfig
 

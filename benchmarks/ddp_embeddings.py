@@ -38,11 +38,11 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     import torch
     from hydra import compose, initialize_config_dir
 
-    from fourdb.cli import CONF_DIR
+    from fourdb.defaults import CONF_DIR
     from fourdb.engine.distribution import ddp
     from fourdb.engine.distribution.embedding_sync import all_reduce_bytes, embedding_tables, expected_bytes
     from fourdb.models import create_model
-    from fourdb.prepare import prepare_run
+    from fourdb.experiment.prepare import prepare_run
 
     ctx = ddp.init("gloo")
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):

@@ -35,13 +35,14 @@ def prepare(folders: list[Path]) -> dict:
 
     from hydra import compose, initialize_config_dir
 
-    from fourdb.cli import CONF_DIR
+    from fourdb.defaults import CONF_DIR
     from fourdb.datasets import load_dataset
     from fourdb.engine.distribution import ddp
     from fourdb.engine.planning.parallel import choose_nproc, machine, predict
-    from fourdb.launch import profile
+    from fourdb.experiment.launch import profile
     from fourdb.models import TaskInfo, create_model
-    from fourdb.inputs import graph_inputs, inputs_key, shared_folder, subsample
+    from fourdb.experiment.inputs.graph import graph_inputs, inputs_key, shared_folder
+    from fourdb.experiment.inputs import subsample
     from fourdb.tasks import load_task
     from fourdb.train.trainer import TrainerConfig
     from omegaconf import OmegaConf

@@ -50,17 +50,16 @@ def rec_models() -> list[str]:
 def rec_data(size: int = 2000, max_train: int = 6000):
     from hydra import compose, initialize_config_dir
 
-    from fourdb.cli import CONF_DIR
+    from fourdb.defaults import CONF_DIR
     from fourdb.datasets import load_dataset
-    from fourdb.inputs import rec_inputs
-    from fourdb.run import subsample
+    from fourdb.experiment.inputs import INPUT_KINDS, subsample
     from fourdb.tasks import load_task
 
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
         cfg = compose("config", overrides=["dataset=browsing", "task=next-views", "model=idgnn"])
     db = load_dataset("browsing", size=size)
     task = load_task(db, "browsing", "next-views")
-    return rec_inputs(cfg, db, task, subsample(task, max_train, 10), "graph")
+    return INPUT_KINDS.get("graph").build(cfg, db, task, subsample(task, max_train, 10))
 
 
 def time_models(names: list[str], info, data, label: str, baseline: str = "sage") -> None:

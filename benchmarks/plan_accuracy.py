@@ -62,7 +62,7 @@ def overrides(s: dict) -> list[str]:
 def price(db: str, folder: Path) -> list[dict]:
     """The cost model's table for the database's run, priced in a process of its own (JSON on stdout)."""
     code = ("import json, sys; from fourdb.cli import CONF_DIR; from hydra import compose, initialize_config_dir; "
-            "from fourdb.plan import price_run\n"
+            "from fourdb.experiment.plan import price_run\n"
             "with initialize_config_dir(version_base='1.3', config_dir=CONF_DIR):\n"
             "    cfg = compose('config', overrides=sys.argv[2:])\n"
             "costs, table, _ = price_run(cfg, sys.argv[1])\n"

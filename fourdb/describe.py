@@ -20,15 +20,12 @@ from fourdb.rdb.schema import Column, Table
 from fourdb.tasks import Task
 from fourdb.utils import progress
 
-KINDS = ("single_table", "dfs", "graph")
-
-
 @dataclass
 class ColumnUse:
     table: str
     column: str
     dtype: str
-    kind: str  # one of KINDS
+    kind: str  # the view: one of KINDS
     inputs: list[str]  # the model inputs made from the column; empty: left out
     how: str  # how it is encoded, or why it is left out
 
@@ -41,59 +38,161 @@ def seed_tables(db: Database, task: Task | None) -> list[str]:
     return [t for t in (task.spec.entity_table, task.spec.destination_table) if t]
 
 
-def column_report(db: Database, task: Task | None = None, kinds=KINDS, graph: str = "r2ne", depth: int | None = None,
+def column_report(db: Database, task: Task | None = None, kinds=None, graph: str = "r2ne", depth: int | None = None,
                   primitives=None, encoders: dict[str, TableEncoder] | None = None, where=None) -> list[ColumnUse]:
-    """A ``ColumnUse`` per column of ``db`` and model kind. With a task, as a run of it reads them (its
-    removed and hidden columns, its entity table, encoders fitted before validation); ``encoders``: the
-    graph's, already fitted."""
-    if "dfs" in kinds:
-        depth, primitives = check_config(depth, primitives)
-        where = check_where(where)
-    seen = task.input_database(db) if task is not None else db
-    fit_until = task.fit_until if task is not None else None
-    hidden = frozenset(task.hidden_columns) if task is not None else frozenset()
-    entity = task.spec.entity_table if task is not None else None
-    seeds = seed_tables(db, task)
-    fitted = dict(encoders or {})
-    done: dict[tuple, dict] = {}
-
-    def own(name: str, exclude=frozenset()) -> dict[str, tuple[list[str], str]]:
-        """The table's columns as ``TableEncoder`` encodes them (each table fitted once)."""
-        if (name, exclude) not in done:
-            t = seen.schema.table(name)
-            enc = fitted.get(name) if not exclude else None
-            enc = enc or TableEncoder(t, exclude=tuple(exclude)).fit(seen.tables[name], fit_until)
-            done[(name, exclude)] = encoded(t, enc, seen.tables[name])
-        return done[(name, exclude)]
-
-    def hide(table: str) -> frozenset:  # only the seed row of a row-column task hides columns
-        return hidden if table == entity else frozenset()
-
-    used: dict[str, dict[tuple[str, str], tuple[list[str], str]]] = {}
-    reached: set[str] = set()
-    edges: set[str] = set()
-    if "single_table" in kinds:
-        used["single_table"] = {(s, c): v for s in seeds for c, v in own(s, hide(s)).items()}
-    if "dfs" in kinds:
-        used["dfs"], reached = dfs_uses(seen, seeds, hide, depth, primitives, own, where, fit_until)
-    if "graph" in kinds:
-        edges = GRAPHS.get(graph)(seen)
-        used["graph"] = {}
-        for t in progress(seen.schema.tables, desc="columns", unit="table", leave=False):
-            for c, (names, how) in own(t.name).items():
-                how += ", on edges" if t.name in edges else ""
-                how += ", masked at the seed row" if c in hide(t.name) else ""
-                used["graph"][(t.name, c)] = (names, how)
-
+    """A ``ColumnUse`` per column of ``db`` and model kind (``kinds``: names of ``VIEWS``, default all). With a
+    task, as a run of it reads them (its removed and hidden columns, its entity table, encoders fitted before
+    validation); ``encoders``: the graph's, already fitted."""
+    scope = Scope(db, task, dict(encoders or {}))
+    settings = {"graph": graph, "depth": depth, "primitives": primitives, "where": where}
+    views = [VIEWS[name](scope, **{k: settings[k] for k in VIEWS[name].settings}) for name in (kinds or KINDS)]
+    used = {view.name: view.uses() for view in views}
     out = []
     for t in db.schema.tables:
         for col in t.columns:
-            for kind in kinds:
-                names, how = used[kind].get((t.name, col.name), ([], ""))
+            for view in views:
+                names, how = used[view.name].get((t.name, col.name), ([], ""))
                 if not names:
-                    how = left_out(kind, t, col, seen, task, seeds, reached, edges, depth)
-                out.append(ColumnUse(t.name, col.name, col.dtype, kind, names, how))
+                    how = scope.left_out(t, col, view.hides_seed_columns) or view.left_out(t, col)
+                out.append(ColumnUse(t.name, col.name, col.dtype, view.name, names, how))
     return out
+
+
+class Scope:
+    """What every view of one report shares: the database as a model sees it, the seed tables, the task's
+    hidden columns and each table's encoded columns (each table fitted once)."""
+
+    def __init__(self, db: Database, task: Task | None, fitted: dict):
+        self.task, self.fitted = task, fitted
+        self.seen = task.input_database(db) if task is not None else db
+        self.fit_until = task.fit_until if task is not None else None
+        self.hidden = frozenset(task.hidden_columns) if task is not None else frozenset()
+        self.entity = task.spec.entity_table if task is not None else None
+        self.seeds = seed_tables(db, task)
+        self.done: dict[tuple, dict] = {}
+
+    def own(self, name: str, exclude=frozenset()) -> dict[str, tuple[list[str], str]]:
+        """The table's columns as ``TableEncoder`` encodes them."""
+        if (name, exclude) not in self.done:
+            t = self.seen.schema.table(name)
+            enc = self.fitted.get(name) if not exclude else None
+            enc = enc or TableEncoder(t, exclude=tuple(exclude)).fit(self.seen.tables[name], self.fit_until)
+            self.done[(name, exclude)] = encoded(t, enc, self.seen.tables[name])
+        return self.done[(name, exclude)]
+
+    def hide(self, table: str) -> frozenset:  # only the seed row of a row-column task hides columns
+        return self.hidden if table == self.entity else frozenset()
+
+    def left_out(self, t: Table, col: Column, hides_seed_columns: bool) -> str | None:
+        """Why no view makes an input of a column (None: it is the view's own reason)."""
+        if col.derived:
+            return "inherited time (says which rows are visible)"
+        if col.name not in self.seen.schema.table(t.name).column_names:
+            return "removed by the task"
+        if hides_seed_columns and t.name == self.entity and col.name in self.hidden:
+            return "not known at the cutoff"
+        return None
+
+
+class View:
+    """What one kind of model makes of the columns: their inputs (``uses``) and why it leaves one out."""
+
+    name = "view"
+    settings: tuple[str, ...] = ()  # the report's settings it takes (a feature set's own parameters)
+    hides_seed_columns = True  # a seed row's hidden columns are left out (the graph masks them instead)
+
+    def __init__(self, scope: Scope):
+        self.scope = scope
+
+    def uses(self) -> dict[tuple[str, str], tuple[list[str], str]]:
+        raise NotImplementedError
+
+    def left_out(self, t: Table, col: Column) -> str:
+        if col.dtype == "primary_key":
+            return self.key_text(t)
+        if col.dtype == "foreign_key":
+            return self.foreign_key_text(t, col)
+        return self.own_reason(t, col) or common_reason(col)
+
+    def key_text(self, t: Table) -> str:
+        return "key"
+
+    def foreign_key_text(self, t: Table, col: Column) -> str:
+        return "key"
+
+    def own_reason(self, t: Table, col: Column) -> str | None:
+        return None
+
+
+class SingleTableView(View):
+    name = "single_table"
+
+    def uses(self):
+        s = self.scope
+        return {(t, c): v for t in s.seeds for c, v in s.own(t, s.hide(t)).items()}
+
+    def own_reason(self, t, col):
+        return "not the seed table" if t.name not in self.scope.seeds else None
+
+
+class DfsView(View):
+    name = "dfs"
+    settings = ("depth", "primitives", "where")
+
+    def __init__(self, scope: Scope, depth=None, primitives=None, where=None):
+        super().__init__(scope)
+        self.depth, self.primitives = check_config(depth, primitives)
+        self.where, self.reached = check_where(where), set()
+
+    def uses(self):
+        s = self.scope
+        used, self.reached = dfs_uses(s.seen, s.seeds, s.hide, self.depth, self.primitives, s.own, self.where,
+                                      s.fit_until)
+        return used
+
+    def key_text(self, t):
+        return "key (joins)"
+
+    def foreign_key_text(self, t, col):
+        return f"key (joins {col.link_table})"
+
+    def own_reason(self, t, col):
+        if t.name not in self.reached:
+            return f"over {self.depth} hops from {', '.join(self.scope.seeds)}"
+        if col.dtype not in OWN_DTYPES:
+            return f"DFS reads {', '.join(OWN_DTYPES)} (and time) columns"
+        return None
+
+
+class GraphView(View):
+    name = "graph"
+    settings = ("graph",)
+    hides_seed_columns = False
+
+    def __init__(self, scope: Scope, graph: str = "r2ne"):
+        super().__init__(scope)
+        self.graph, self.edges = graph, set()
+
+    def uses(self):
+        s = self.scope
+        self.edges = GRAPHS.get(self.graph)(s.seen)
+        used = {}
+        for t in progress(s.seen.schema.tables, desc="columns", unit="table", leave=False):
+            for c, (names, how) in s.own(t.name).items():
+                how += ", on edges" if t.name in self.edges else ""
+                how += ", masked at the seed row" if c in s.hide(t.name) else ""
+                used[(t.name, c)] = (names, how)
+        return used
+
+    def key_text(self, t):
+        return f"key (a row is {'an edge' if t.name in self.edges else 'a node'})"
+
+    def foreign_key_text(self, t, col):
+        return "key (edge ends)" if t.name in self.edges else f"key (edges to {col.link_table})"
+
+
+VIEWS = {view.name: view for view in (SingleTableView, DfsView, GraphView)}  # by name: a kind of input's columns
+KINDS = tuple(VIEWS)  # every view, in the order a report shows them
 
 
 def dfs_uses(seen: Database, seeds: list[str], hide, depth: int, primitives, own, where=None,
@@ -139,28 +238,8 @@ def encoded(t: Table, enc: TableEncoder, df: pd.DataFrame) -> dict[str, tuple[li
     return rows
 
 
-def left_out(kind: str, t: Table, col: Column, seen: Database, task: Task | None, seeds: list[str],
-             reached: set[str], edges: set[str], depth: int) -> str:
-    """Why ``kind`` makes no input of a column, in a few words."""
-    if col.derived:
-        return "inherited time (says which rows are visible)"
-    if col.name not in seen.schema.table(t.name).column_names:
-        return "removed by the task"
-    if task is not None and t.name == task.spec.entity_table and col.name in task.hidden_columns \
-            and kind != "graph":
-        return "not known at the cutoff"
-    if col.dtype == "primary_key":
-        return {"single_table": "key", "dfs": "key (joins)",
-                "graph": f"key (a row is {'an edge' if t.name in edges else 'a node'})"}[kind]
-    if col.dtype == "foreign_key":
-        return {"single_table": "key", "dfs": f"key (joins {col.link_table})",
-                "graph": "key (edge ends)" if t.name in edges else f"key (edges to {col.link_table})"}[kind]
-    if kind == "single_table" and t.name not in seeds:
-        return "not the seed table"
-    if kind == "dfs" and t.name not in reached:
-        return f"over {depth} hops from {', '.join(seeds)}"
-    if kind == "dfs" and col.dtype not in OWN_DTYPES:
-        return f"DFS reads {', '.join(OWN_DTYPES)} (and time) columns"
+def common_reason(col: Column) -> str:
+    """Why a column of a table a view reads makes no input, whatever the view."""
     if col.dtype == "text":
         return "too little text for TF-IDF + SVD"
     return "no input made"  # nothing else leaves a feature column out (a test checks the built-in databases)

@@ -21,7 +21,7 @@ def config(*overrides):
     """The composed `fourdb run` config with these overrides, as the CLI would build it."""
     from hydra import compose, initialize_config_dir
 
-    from fourdb.cli import CONF_DIR
+    from fourdb.defaults import CONF_DIR
 
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
         return compose("config", overrides=list(overrides))

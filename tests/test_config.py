@@ -13,14 +13,14 @@ import pytest
 from conftest import config
 from omegaconf import OmegaConf
 
-import fourdb.prepare
-import fourdb.run
+import fourdb.experiment.prepare
+import fourdb.experiment.run
 from fourdb.defaults import CONF_DIR, group_default, option
 from fourdb.engine.config import EngineConfig
 from fourdb.errors import FourdbError, SettingError
 from fourdb.leaderboard.schema import config_hash
 from fourdb.models import MODELS, TaskInfo, check_params, create_model
-from fourdb.settings import check_settings
+from fourdb.experiment.settings import check_settings
 from fourdb.train.trainer import TrainerConfig
 
 CONF = Path(CONF_DIR)
@@ -163,10 +163,10 @@ def test_a_mistyped_setting_is_one_line_before_any_data_is_read(overrides, messa
     def no_data(*args, **kwargs):
         raise AssertionError("the database was read before the settings were checked")
 
-    monkeypatch.setattr(fourdb.prepare, "load_dataset", no_data)
-    monkeypatch.setattr(fourdb.prepare, "find_task", no_data)
+    monkeypatch.setattr(fourdb.experiment.prepare, "load_dataset", no_data)
+    monkeypatch.setattr(fourdb.experiment.prepare, "find_task", no_data)
     with pytest.raises(FourdbError) as err:
-        fourdb.run.run_experiment(config("dataset=synthetic", "task=taste", *overrides))
+        fourdb.experiment.run.run_experiment(config("dataset=synthetic", "task=taste", *overrides))
     assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 

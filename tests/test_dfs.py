@@ -10,7 +10,7 @@ from fourdb.errors import FourdbError
 from fourdb.features import build_table_features
 from fourdb.features import dfs as D
 from fourdb.rdb import Column, Database, Schema, Table, write_database
-from fourdb.run import run_experiment
+from fourdb.experiment.run import run_experiment
 from fourdb.utils import cache_root
 
 T0 = pd.Timestamp("2021-01-01")

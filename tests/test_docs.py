@@ -53,7 +53,7 @@ RUN_DOC_MODELS = r"""
 import re, sys, types, yaml
 sys.path.insert(0, {tests!r})
 from conftest import config
-from fourdb.run import run_experiment
+from fourdb.experiment.run import run_experiment
 page = open({page!r}).read()
 blocks = re.findall(r"`fourdb/models/(\w+)\.py`:\n\n```python\n(.*?)```", page, re.S)
 params = {{m: yaml.safe_load(y)["params"]

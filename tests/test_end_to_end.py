@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import config
-from fourdb.run import run_experiment
+from fourdb.experiment.run import run_experiment
 from fourdb.utils import NS_PER_DAY
 
 FAST = ["trainer.progress=false", "trainer.epochs=6", "trainer.patience=6", "trainer.batch_size=256"]
@@ -59,7 +59,8 @@ def test_leak_task_is_solvable_when_time_is_ignored():
     """The planted leak is real: a sampler allowed to look two days past the cutoff finds it."""
     from fourdb.datasets import load_dataset
     from fourdb.models import TaskInfo, create_model
-    from fourdb.run import graph_inputs, subsample
+    from fourdb.experiment.inputs.graph import graph_inputs
+    from fourdb.experiment.inputs import subsample
     from fourdb.tasks import load_task
     from fourdb.metrics import compute
     from fourdb.train.trainer import TrainerConfig
@@ -135,7 +136,7 @@ def test_seeds_change_the_model_not_the_rows():
     assert runs[0]["metrics"]["test"]["auroc"] != runs[1]["metrics"]["test"]["auroc"]
 
     from fourdb.datasets import load_dataset
-    from fourdb.run import subsample
+    from fourdb.experiment.inputs import subsample
     from fourdb.tasks import load_task
 
     task = load_task(load_dataset("synthetic", size=150), "synthetic", "taste")

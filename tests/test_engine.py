@@ -22,7 +22,8 @@ from fourdb.models import TaskInfo, create_model
 
 @pytest.fixture(scope="module")
 def data(synthetic_db):
-    from fourdb.run import graph_inputs, subsample
+    from fourdb.experiment.inputs.graph import graph_inputs
+    from fourdb.experiment.inputs import subsample
     from fourdb.tasks import load_task
 
     task = load_task(synthetic_db, "synthetic", "taste")
@@ -233,7 +234,7 @@ def test_layerwise_respects_hidden_edge_types(data):
 
 
 def test_engine_auto_picks_and_logs_predicted_and_measured(tmp_path, monkeypatch, caplog):
-    from fourdb.run import run_experiment
+    from fourdb.experiment.run import run_experiment
 
     monkeypatch.setenv("FOURDB_CACHE", str(tmp_path))
     cfg = config("dataset=synthetic", "dataset.params.size=150", "task=taste", "model=sage", "engine=auto",

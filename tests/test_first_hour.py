@@ -166,7 +166,7 @@ def test_column_report_is_what_the_models_receive(synthetic_db):
     from fourdb.describe import column_report
     from fourdb.graph import build_graph
     from fourdb.graph.build import relation
-    from fourdb.inputs import subsample
+    from fourdb.experiment.inputs import subsample
     from fourdb.tasks import find_task
 
     task = materialize(find_task("synthetic", "taste"), synthetic_db)
@@ -192,7 +192,7 @@ def test_column_report_hides_what_a_row_task_does_not_know():
     from fourdb.datasets import load_dataset
     from fourdb.features import build_table_features
     from fourdb.describe import column_report
-    from fourdb.inputs import subsample
+    from fourdb.experiment.inputs import subsample
     from fourdb.tasks import find_task
 
     db = load_dataset("nycflights13")
@@ -242,7 +242,7 @@ def test_a_run_logs_the_columns_it_used_and_dropped(caplog):
     import logging
 
     from conftest import config
-    from fourdb.run import run_experiment
+    from fourdb.experiment.run import run_experiment
 
     with caplog.at_level(logging.INFO, logger="fourdb"):
         run_experiment(config("dataset=synthetic", "dataset.params.size=150", "task=taste", "model=gbdt",
@@ -258,7 +258,7 @@ def test_a_run_logs_the_columns_it_used_and_dropped(caplog):
 
 
 def test_sweep_summary_shows_what_varies():
-    from fourdb.cli import varying_overrides
+    from fourdb.cli.summary import varying_overrides
 
     runs = [["model=sage", "graph=r2n", "seed=0", "trainer.epochs=3"], ["model=sage", "graph=r2ne", "seed=0",
                                                                          "trainer.epochs=3"],

@@ -515,12 +515,12 @@ def test_import_then_validate_and_run(tmp_path, capsys):
     assert code == 0 and "task customer-churn: train 150, val 25, test 25" in text
     code, text, _ = run_cli(["validate", str(out)], capsys)
     assert code == 0 and "is a valid database" in text
-    from fourdb.cli import _folder_dataset
+    from fourdb.cli.run import folder_dataset
 
-    args = _folder_dataset([f"dataset={out}", "task=customer-churn"])
+    args = folder_dataset([f"dataset={out}", "task=customer-churn"])
     assert args[0] == "dataset=folder" and args[2] == f"dataset.path='{out.resolve()}'"
     from conftest import config
-    from fourdb.run import run_experiment
+    from fourdb.experiment.run import run_experiment
 
     record = run_experiment(config(*args, "model=gbdt"))
     assert record["dataset"] == "out" and record["task"] == "customer-churn"

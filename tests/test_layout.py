@@ -23,9 +23,12 @@ LAYERS = [(name,) for name in FOUNDATIONS] + [
     ("fourdb.engine",),
     ("fourdb.models",),
     ("fourdb.train",),
-    ("fourdb.inputs", "fourdb.certify", "fourdb.settings"),
-    ("fourdb.prepare",),  # a run's task, database, splits, model, inputs and trainer config
-    ("fourdb.launch", "fourdb.run", "fourdb.plan"),  # each starts from prepare_run; none imports another
+    ("fourdb.experiment",),  # the run layer, from here to the run record
+    ("fourdb.experiment.record",),  # the typed run record, and the JSON/YAML view of types settings share
+    ("fourdb.experiment.inputs", "fourdb.experiment.certify", "fourdb.experiment.settings"),
+    ("fourdb.experiment.prepare",),  # a run's task, database, splits, model, inputs and trainer config
+    # each starts from prepare_run; none imports another
+    ("fourdb.experiment.launch", "fourdb.experiment.run", "fourdb.experiment.plan"),
     ("fourdb.leaderboard",),  # run records: checked, stored, rendered
     ("fourdb.export",),  # a run's predictions (a record checked as the boards check it) and a database, as files
     ("fourdb.cli",),
@@ -159,3 +162,57 @@ def test_every_config_choice_is_registered(group, registry):
         assert name == path.stem, path
         if (group, name) != ("dataset", "folder"):
             assert name in known, f"{path}: '{name}' is not a registered {known.kind}"
+
+
+INPUT_KINDS_PACKAGE = ROOT / "experiment" / "inputs"
+
+
+def input_kind_comparisons(root: Path, names: set[str]) -> list[str]:
+    """Every place outside the input-kind modules that decides on an input kind's name as a string: a comparison
+    (==, !=, in, not in) of a kind (an expression naming ``kind``) with a kind's name, or a table of kind names
+    looked up by a kind (``{"table": ...}.get(model.input_kind)``). Code asks the kind object instead."""
+    def mentions_kind(node) -> bool:
+        return any(isinstance(n, ast.Name) and "kind" in n.id or isinstance(n, ast.Attribute) and "kind" in n.attr
+                   for n in ast.walk(node))
+
+    def kind_names(node) -> set[str]:
+        return {c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and c.value in names}
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if INPUT_KINDS_PACKAGE in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            hits = set()
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                if any(mentions_kind(o) for o in operands):
+                    hits = set().union(*(kind_names(o) for o in operands))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                    and isinstance(node.func.value, ast.Dict) and any(mentions_kind(a) for a in node.args):
+                hits = set().union(*(kind_names(k) for k in node.func.value.keys if k is not None))
+            elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict) and mentions_kind(node.slice):
+                hits = set().union(*(kind_names(k) for k in node.value.keys if k is not None))
+            found += [f"{path.relative_to(root.parent)}:{node.lineno} decides on input kind '{name}'"
+                      for name in sorted(hits)]
+    return found
+
+
+def test_no_input_kind_is_compared_as_a_string():
+    """An input kind (``fourdb.experiment.inputs``) is an object that builds, names and reports its inputs;
+    nothing outside its module compares a kind's name, so a new input kind is one module."""
+    from fourdb.experiment.inputs import INPUT_KINDS
+
+    names = set(INPUT_KINDS.names())
+    assert {"table", "graph", "pairs", "interactions", "labels"} <= names
+    found = input_kind_comparisons(ROOT, names)
+    assert not found, "\n".join(found)
+
+
+def test_a_string_comparison_of_an_input_kind_is_caught(tmp_path):
+    """The check above can fail: a kind compared with a name, and a table of names looked up by a kind."""
+    (tmp_path / "fourdb").mkdir()
+    (tmp_path / "fourdb" / "a.py").write_text('def f(model, group):\n    return model.input_kind in ("graph", "x")\n'
+                                              'def g(kind):\n    return {"table": 1}.get(kind), "graph" in {}\n')
+    assert input_kind_comparisons(tmp_path / "fourdb", {"graph", "table"}) == [
+        "fourdb/a.py:2 decides on input kind 'graph'", "fourdb/a.py:4 decides on input kind 'table'"]

@@ -42,7 +42,7 @@ def fourdb(*args, cwd, env=None):
 @pytest.fixture(scope="module")
 def base_record():
     """One real run record (GBDT on the small synthetic shop)."""
-    from fourdb.run import run_experiment
+    from fourdb.experiment.run import run_experiment
 
     cfg = config(*SMALL, "model=gbdt")
     return json.loads(json.dumps(run_experiment(cfg), default=str))
@@ -199,7 +199,7 @@ def test_submit_finds_a_folder_database_from_any_working_directory(tmp_path, mon
     import shutil
 
     from fourdb.rdb import write_database
-    from fourdb.run import run_experiment
+    from fourdb.experiment.run import run_experiment
 
     work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -239,7 +239,7 @@ def test_a_graph_is_named_as_built_when_run_and_when_old_records_are_read(tmp_pa
     say r2ne are read as r2n, so the same work is one row; where link tables exist the two stay apart."""
     import yaml
 
-    from fourdb.inputs import graph_label
+    from fourdb.experiment.inputs.graph import graph_label
     from fourdb.leaderboard.render import aggregate
     from fourdb.leaderboard.store import load_all
     from fourdb.rdb import Database, Schema
@@ -727,7 +727,7 @@ def test_boards_of_several_roots_side_by_side(tmp_path, base_record):
 
 def test_engine_auto_records_the_mode_that_ran(tmp_path):
     """``engine=auto``: the record's ``engine.mode`` is the mode the cost model chose and training used."""
-    from fourdb.run import run_experiment
+    from fourdb.experiment.run import run_experiment
 
     cfg = config(*SMALL, "model=sage", "graph=r2n", "engine=auto", "trainer.epochs=2", "trainer.device=cpu")
     record = run_experiment(cfg)
@@ -783,7 +783,7 @@ def test_a_committed_full_data_record_reproduces_from_the_code(tmp_path, monkeyp
     code with the overrides produce.py ran it with and a cold cache, gives the metrics the board holds: DFS
     cells and a GNN cell, whose sampling, engine pick and training must all repeat (exactly on the kind of
     CPU the record names, within float round-off on another)."""
-    from fourdb.run import run_experiment
+    from fourdb.experiment.run import run_experiment
 
     produce = load_produce()
     full = produce.BUDGETS["full"]

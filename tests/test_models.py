@@ -18,11 +18,11 @@ import torch
 import yaml
 from conftest import config
 
-from fourdb.cli import CONF_DIR
+from fourdb.defaults import CONF_DIR
 from fourdb.errors import FourdbError
 from fourdb.features import FEATURES
 from fourdb.models import MODELS, TaskInfo, create_model
-from fourdb.run import run_experiment
+from fourdb.experiment.run import run_experiment
 
 
 def conf_models() -> dict[str, type]:
@@ -129,7 +129,8 @@ def test_tabular_model_on_dfs_features_beats_trivial_baselines(model):
 @functools.cache
 def graph_data(kind: str):
     from fourdb.datasets import load_dataset
-    from fourdb.run import graph_inputs, subsample
+    from fourdb.experiment.inputs.graph import graph_inputs
+    from fourdb.experiment.inputs import subsample
     from fourdb.tasks import load_task
 
     db = load_dataset("synthetic", size=150)
@@ -236,7 +237,8 @@ def test_gnn_learns_from_a_column_only_link_rows_carry():
 
     from fourdb.datasets import load_dataset
     from fourdb.rdb import Database
-    from fourdb.run import graph_inputs, subsample
+    from fourdb.experiment.inputs.graph import graph_inputs
+    from fourdb.experiment.inputs import subsample
     from fourdb.tasks import load_task
     from fourdb.train.trainer import TrainerConfig
 
@@ -271,7 +273,7 @@ def test_unknown_model_parameter_is_a_clear_error(model):
 def test_optuna_direction_follows_the_task_metric():
     from omegaconf import OmegaConf
 
-    from fourdb.cli import metric_direction
+    from fourdb.cli.run import metric_direction
 
     synthetic = OmegaConf.create({"name": "synthetic", "path": None})
     assert metric_direction(synthetic, "taste") == "maximize"  # auroc

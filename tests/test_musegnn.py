@@ -24,7 +24,8 @@ BINARY = TaskInfo("binary", 2, "auroc")
 @functools.cache
 def small():
     from fourdb.datasets import load_dataset
-    from fourdb.run import graph_inputs, subsample
+    from fourdb.experiment.inputs.graph import graph_inputs
+    from fourdb.experiment.inputs import subsample
     from fourdb.tasks import load_task
 
     db = load_dataset("synthetic", size=150)
@@ -149,7 +150,7 @@ def test_a_fitted_model_predicts_each_row_alike_in_any_batch(fitted):
 
 
 def certify(*overrides):
-    from fourdb.run import run_experiment
+    from fourdb.experiment.run import run_experiment
 
     return run_experiment(config("dataset=synthetic", "dataset.params.size=150", "task=taste", "model=musegnn",
                                  "sampler=recent", "sampler.fanouts=[5,5]", "trainer.progress=false",
@@ -179,7 +180,7 @@ def test_certify_fails_when_rows_are_named_by_row_number(monkeypatch):
 def test_a_table_with_no_column_read_takes_no_part_in_a_step():
     """lahman's franchises hold a key and a text name only, so no state: their edges (to teams) pull nothing,
     as a GNN's convolution skips them, instead of stopping the run."""
-    from fourdb.run import run_experiment
+    from fourdb.experiment.run import run_experiment
 
     record = run_experiment(config("dataset=lahman", "dataset.params.min_year=1995", "task=salary", "model=musegnn",
                                    "graph=r2n", "sampler.fanouts=[5,5]", "trainer.epochs=1", "trainer.progress=false",

@@ -35,7 +35,7 @@ def test_dataset_guide_runs(monkeypatch):
 @pytest.fixture(scope="module")
 def family_records():
     """Records of two families: classification (gbdt, 3 seeds) and recommendation (repeat)."""
-    from fourdb.run import run_experiment
+    from fourdb.experiment.run import run_experiment
 
     overrides = ["dataset=synthetic", "dataset.params.size=150", "task=taste", "model=gbdt", "trainer.progress=false"]
     record = json.loads(json.dumps(run_experiment(config(*overrides)), default=str))

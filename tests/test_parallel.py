@@ -16,7 +16,7 @@ from conftest import config
 from fourdb.engine.distribution import ddp
 from fourdb.engine.planning.cost import thread_factor
 from fourdb.engine.planning.parallel import Profile, choose_nproc, predict
-from fourdb.run import run_experiment
+from fourdb.experiment.run import run_experiment
 from fourdb.train import checkpoint
 
 # small synthetic taste, 2 epochs, the same global batch for every process count
@@ -123,7 +123,8 @@ def test_single_process_resumes_from_its_folder(one_process, tmp_path, monkeypat
 def test_shared_graph_is_mapped_not_copied(tmp_path):
     from fourdb.datasets import load_dataset
     from fourdb.engine.sampling.source import GraphSource
-    from fourdb.run import graph_inputs, subsample
+    from fourdb.experiment.inputs.graph import graph_inputs
+    from fourdb.experiment.inputs import subsample
     from fourdb.tasks import load_task
 
     cfg = config(*RUN)
@@ -198,7 +199,7 @@ def test_cluster_launchers_are_configured():
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from fourdb.cli import CONF_DIR
+    from fourdb.defaults import CONF_DIR
 
     with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
         ray = compose("config", overrides=["hydra/launcher=ray"], return_hydra_config=True)

@@ -31,7 +31,7 @@ def test_fourdb_plan_prints_every_strategy_marks_the_frontier_and_draws_it(tmp_p
 
 
 def test_engine_auto_with_the_memory_objective_and_a_limit_records_prediction_and_measurement(tmp_path, monkeypatch):
-    from fourdb.run import run_experiment
+    from fourdb.experiment.run import run_experiment
 
     monkeypatch.setenv("FOURDB_CACHE", str(tmp_path))
     record = run_experiment(config(*TINY, "engine=auto", "engine.objective=memory", "engine.memory_limit_gb=64",
@@ -50,7 +50,7 @@ def test_engine_auto_with_the_memory_objective_and_a_limit_records_prediction_an
 
 
 def test_engine_auto_with_a_limit_no_strategy_meets_stops_in_one_line(tmp_path, monkeypatch):
-    from fourdb.run import run_experiment
+    from fourdb.experiment.run import run_experiment
 
     monkeypatch.setenv("FOURDB_CACHE", str(tmp_path))
     with pytest.raises(SettingError) as err:

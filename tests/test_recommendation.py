@@ -20,7 +20,7 @@ from fourdb.tasks.interactions import Interactions
 from fourdb.metrics import compute
 from fourdb.models import TaskInfo, create_model
 from fourdb.rdb import Database
-from fourdb.run import run_experiment
+from fourdb.experiment.run import run_experiment
 from fourdb.tasks import find_task, load_task, materialize
 from test_models import RECOMMENDERS
 
@@ -330,7 +330,7 @@ def test_id_embeddings_find_each_destination_by_key_in_a_database_with_other_row
 @functools.cache
 def prepared(model: str, *more: str):
     """The untrained model of a next-views run and its inputs."""
-    from fourdb.prepare import prepare_run
+    from fourdb.experiment.prepare import prepare_run
 
     run = prepare_run(config(*COMMON, "task=next-views", f"model={model}", *more))
     return run.model, run.inputs()[0]
@@ -519,11 +519,11 @@ def test_a_column_with_one_value_on_every_training_pair_is_left_out_of_every_spl
 
     cfg = config("dataset=browsing", "dataset.params.size=150", "task=next-views", "model=gbdt", "features=dfs",
                  "max_train_seeds=300", "max_val_seeds=200")
-    from fourdb.inputs import run_inputs
-    from fourdb.prepare import prepare_run
+    from fourdb.experiment.inputs import INPUT_KINDS
+    from fourdb.experiment.prepare import prepare_run
 
     run = prepare_run(cfg)
-    data, _ = run_inputs(cfg, run.db, run.task, run.splits, "pairs")
+    data = INPUT_KINDS.get("pairs").build(cfg, run.db, run.task, run.splits)
     train = data.pairs.features["train"]
     assert all(data.pairs.features[s].numeric_names == train.numeric_names for s in ("val", "test"))
     assert (pd.DataFrame(train.numeric).nunique(dropna=False) > 1).all() and len(train.numeric_names) > 20

@@ -15,7 +15,7 @@ from fourdb.cli import main  # noqa: E402
 from fourdb.datasets import load_dataset  # noqa: E402
 from fourdb.export.keys import positions  # noqa: E402
 from fourdb.metrics import compute  # noqa: E402
-from fourdb.run import run_experiment  # noqa: E402
+from fourdb.experiment.run import run_experiment  # noqa: E402
 from fourdb.tasks import TASKS_DIR, find_task, materialize  # noqa: E402
 
 SPLITS = ("train", "val", "test")

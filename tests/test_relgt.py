@@ -14,7 +14,8 @@ def data():
     """The synthetic shop under r2ne (link rows are featured edges), its validation seeds those of the
     first three training cutoffs, so that most of the database is newer than a seed."""
     from fourdb.datasets import load_dataset
-    from fourdb.run import graph_inputs, subsample
+    from fourdb.experiment.inputs.graph import graph_inputs
+    from fourdb.experiment.inputs import subsample
     from fourdb.tasks import load_task
 
     db = load_dataset("synthetic", size=150)

@@ -364,7 +364,7 @@ def orders_db(tmp_path_factory):
 
 @pytest.mark.parametrize("kind", ["r2n", "r2ne"])
 def test_hidden_foreign_key_is_not_sampled_into_the_seed(orders_db, kind):
-    from fourdb.run import graph_inputs
+    from fourdb.experiment.inputs.graph import graph_inputs
 
     rev = ("customers", "orders__customer_id__rev", "orders")
     task = materialize(TaskSpec.from_dict(dict(ORDERS_SPEC), "late.yaml"), orders_db)
@@ -428,7 +428,7 @@ def test_sampled_link_edges_carry_their_link_rows(synthetic_db):
     """r2ne: the features a sampled purchase edge gets (loader) are its own purchase row's encoded
     columns and its age at the seed's cutoff, and that purchase is known at the cutoff."""
     from fourdb.engine.sampling.source import GraphSource
-    from fourdb.run import graph_inputs
+    from fourdb.experiment.inputs.graph import graph_inputs
 
     task = load_task(synthetic_db, "synthetic", "taste")
     cfg = OmegaConf.create({"graph": {"name": "r2ne"}, "sampler": {"fanouts": [4, 4], "name": "uniform"}})

@@ -12,7 +12,7 @@ from conftest import config
 import planted
 from fourdb.errors import TaskError
 from fourdb.rdb import Database
-from fourdb.run import run_experiment
+from fourdb.experiment.run import run_experiment
 from fourdb.tasks import find_task, materialize
 from fourdb.utils import to_epoch_ns
 
@@ -54,7 +54,8 @@ def test_a_row_one_microsecond_after_the_cutoff_is_unseen(subsecond, path):
 
 def test_the_microsecond_leak_is_real(subsecond):
     """Asked 2 microseconds later, the same model reads each label off the ping."""
-    from fourdb.inputs import graph_inputs, subsample
+    from fourdb.experiment.inputs.graph import graph_inputs
+    from fourdb.experiment.inputs import subsample
     from fourdb.models import TaskInfo, create_model
     from fourdb.rdb import Database
     from fourdb.metrics import compute
@@ -211,7 +212,8 @@ def test_datetimes_reach_models_as_ages_at_the_cutoff(drifting):
     their cutoff get the same features: nothing absolute about the time reaches a model."""
     from fourdb.engine.sampling.data import node_inputs
     from fourdb.columns import TableEncoder
-    from fourdb.inputs import graph_inputs, subsample
+    from fourdb.experiment.inputs.graph import graph_inputs
+    from fourdb.experiment.inputs import subsample
 
     _, db, task = drifting
     table = db.schema.table("sessions")

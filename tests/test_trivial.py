@@ -10,7 +10,7 @@ from conftest import config
 from fourdb.errors import FourdbError
 from fourdb.tasks.past_labels import label_data
 from fourdb.models import TaskInfo, create_model
-from fourdb.run import run_experiment, warn_if_trivial_wins
+from fourdb.experiment.run import run_experiment, warn_if_trivial_wins
 from fourdb.tasks.types import TaskType, regression_objective
 
 DAY = pd.Timedelta(days=1)
@@ -106,7 +106,7 @@ def test_an_l1_objective_predicts_the_median_where_the_features_say_nothing(mode
     median; each model, trained on each, predicts near the one its objective asks for."""
     from fourdb.columns import EncodedTable
     from fourdb.features import TableData
-    from fourdb.prepare import trainer_config
+    from fourdb.experiment.prepare import trainer_config
 
     rng = np.random.default_rng(0)
     y = {s: rng.exponential(1.0, n) ** 3 for s, n in (("train", 3000), ("val", 1000))}

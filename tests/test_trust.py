@@ -250,8 +250,8 @@ def test_a_source_outside_the_folder_is_refused(tmp_path, how, capsys):
 def test_run_opt_in_is_a_command_line_setting(tmp_path):
     from conftest import config
 
-    from fourdb.cli import _folder_dataset
-    from fourdb.run import run_experiment
+    from fourdb.cli.run import folder_dataset
+    from fourdb.experiment.run import run_experiment
 
     folder = write_shop(tmp_path / "db")
     write_task(folder)
@@ -261,7 +261,7 @@ def test_run_opt_in_is_a_command_line_setting(tmp_path):
     schema["tables"][1]["source"] = "../elsewhere/orders.parquet"
     schema["allow_outside_paths"] = True  # a key inside the folder is no opt-in: it is an unknown key
     (folder / "schema.yaml").write_text(yaml.safe_dump(schema))
-    args = [*_folder_dataset([f"dataset={folder}"]), "task=buys", "model=gbdt", "max_train_seeds=300"]
+    args = [*folder_dataset([f"dataset={folder}"]), "task=buys", "model=gbdt", "max_train_seeds=300"]
     with pytest.raises(FourdbError, match="allow_outside_paths"):
         run_experiment(config(*args))
     del schema["allow_outside_paths"]
@@ -380,7 +380,7 @@ def test_a_real_checkpoint_round_trips_without_pickle(tmp_path):
     optimizer and generator states) comes back equal, through arrays read with pickling off and JSON."""
     from conftest import config
 
-    from fourdb.run import run_experiment
+    from fourdb.experiment.run import run_experiment
     from fourdb.train import checkpoint
 
     cfg = config("dataset=synthetic", "dataset.params.size=150", "task=taste", "model=mlp", "features=single_table",
@@ -429,14 +429,14 @@ def test_text_in_a_numeric_column_by_sqlite_affinity_is_kept(tmp_path):
 def test_a_constant_training_label_is_refused_before_training(tmp_path, capsys):
     from conftest import config
 
-    from fourdb.cli import _folder_dataset
-    from fourdb.run import run_experiment
+    from fourdb.cli.run import folder_dataset
+    from fourdb.experiment.run import run_experiment
 
     folder = write_shop(tmp_path / "db")
     write_task(folder, GOOD_SQL.replace("CAST(count(o.order_id) > 0 AS INTEGER)",
                                         "CASE WHEN c.cutoff < TIMESTAMP '2021-09-01' THEN 0 "
                                         "ELSE CAST(count(o.order_id) > 0 AS INTEGER) END"), name="flat")
-    args = [*_folder_dataset([f"dataset={folder}"]), "task=flat", "model=gbdt"]
+    args = [*folder_dataset([f"dataset={folder}"]), "task=flat", "model=gbdt"]
     with pytest.raises(FourdbError, match=r"task 'flat': in the train split \(\d+ seeds\) the label is always 0; "
                                           r"nothing to learn"):
         run_experiment(config(*args))
@@ -502,9 +502,9 @@ def test_records_are_json_only(tmp_path, capsys):
 @pytest.mark.parametrize("field,value", [("task", "../../elsewhere/secret.yaml"), ("dataset", "/etc"),
                                          ("task", "x.yaml"), ("dataset", "..")])
 def test_a_record_names_its_task_it_does_not_point_at_files(tmp_path, field, value):
-    from fourdb.leaderboard.schema import SCHEMA_VERSIONS, RecordError, validate_record
+    from fourdb.leaderboard.schema import RECORD_VERSION, RecordError, validate_record
 
-    record = {"record_version": max(SCHEMA_VERSIONS), "dataset": "synthetic", "task": "taste", "task_spec_hash": "h",
+    record = {"record_version": RECORD_VERSION, "dataset": "synthetic", "task": "taste", "task_spec_hash": "h",
               "task_type": "binary", "metric": "auroc", "model": "gbdt", "inputs": {}, "seed": 0,
               "metrics": {"test": {"auroc": 0.5}}, "num_seeds": {"test": 10}, "wall_seconds": 1.0, "peak_memory_mb": 1.0,
               "config": {}, "packages": {}, "git_commit": None, "hardware": {}}

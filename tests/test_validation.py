@@ -315,15 +315,15 @@ def test_mistyped_dataset_path_is_one_line_before_hydra_starts(tmp_path):
 
 
 def test_dataset_values_reaching_hydra(tmp_path):
-    from fourdb.cli import _folder_dataset
+    from fourdb.cli.run import folder_dataset
 
     folder = write_db(tmp_path)
-    assert _folder_dataset([f"dataset={folder}", "model=gbdt"]) == [
+    assert folder_dataset([f"dataset={folder}", "model=gbdt"]) == [
         "dataset=folder", f"dataset.name='{folder.name}'", f"dataset.path='{folder.resolve()}'", "model=gbdt"]
     same = ["dataset=synthetic", "dataset=synthetic,lahman", "dataset.params.size=10"]
-    assert _folder_dataset(same) == same  # config names and sweeps are Hydra's to resolve
+    assert folder_dataset(same) == same  # config names and sweeps are Hydra's to resolve
     with pytest.raises(FourdbError, match=r"dataset 'nycflight13'.*did you mean 'nycflights13'"):
-        _folder_dataset(["dataset=nycflight13"])  # a mistyped name, not only a mistyped path
+        folder_dataset(["dataset=nycflight13"])  # a mistyped name, not only a mistyped path
 
 
 def test_load_dataset_names_what_it_could_not_find(tmp_path):

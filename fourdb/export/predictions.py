@@ -18,7 +18,7 @@ from fourdb.errors import FourdbError
 from fourdb.export.keys import positions
 from fourdb.export.tasks import column_names
 from fourdb.rdb.fingerprint import database_fingerprint
-from fourdb.prepare import prepare_run
+from fourdb.experiment.prepare import prepare_run
 from fourdb.tasks import TaskType
 from fourdb.untrusted import read_json, reading
 from fourdb.utils import atomic_output

@@ -7,9 +7,9 @@
 * ``external``: prediction files from models built elsewhere, scored by fourdb.
 * ``render``: mean ± std over seeds, ranks, average ranks, README.md and plots; ``show`` one board.
 """
-from fourdb.leaderboard.schema import SCHEMA_VERSIONS, RecordError, config_hash, validate_record
+from fourdb.leaderboard.schema import RECORD_VERSION, RecordError, config_hash, validate_record
 from fourdb.leaderboard.boards import board_path, read_board
 from fourdb.leaderboard.store import leaderboard_root, load_all, submit_records, submit_run_dirs
 
-__all__ = ["SCHEMA_VERSIONS", "RecordError", "board_path", "config_hash", "leaderboard_root", "load_all",
+__all__ = ["RECORD_VERSION", "RecordError", "board_path", "config_hash", "leaderboard_root", "load_all",
            "read_board", "submit_records", "submit_run_dirs", "validate_record"]

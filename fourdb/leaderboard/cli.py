@@ -8,7 +8,8 @@ import yaml
 from fourdb.errors import FourdbError
 
 
-def _params(pairs: list[str] | None) -> dict:
+def dataset_params(pairs: list[str] | None) -> dict:
+    """``--dataset-param KEY=VALUE`` pairs as a dict, each value read as YAML (``size=150`` is a number)."""
     out = {}
     for pair in pairs or []:
         if "=" not in pair:
@@ -31,7 +32,7 @@ def _submit(args) -> int:
         from fourdb.leaderboard.external import external_record
 
         record = external_record(args.predictions, args.method, args.dataset, args.task, args.seed,
-                                 _params(args.dataset_param))
+                                 dataset_params(args.dataset_param))
         result = submit_records([(args.predictions, record)], root, args.skip_duplicates, progress=None)
         for r in result.added:
             print(f"scored {args.predictions}: " + ", ".join(f"test {k} {v:.4f}" for k, v in r["metrics"]["test"].items()
@@ -55,7 +56,7 @@ def _submit(args) -> int:
 def _template(args) -> int:
     from fourdb.leaderboard.external import write_template
 
-    n = write_template(args.dataset, args.task, args.out, _params(args.dataset_param))
+    n = write_template(args.dataset, args.task, args.out, dataset_params(args.dataset_param))
     print(f"wrote {n} test keys to {args.out}: fill in the prediction column(s) and submit with "
           f"`fourdb leaderboard submit --predictions {args.out} --method NAME --dataset {args.dataset} "
           f"--task {args.task}`")

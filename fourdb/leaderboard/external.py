@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fourdb.leaderboard.schema import SCHEMA_VERSIONS, RecordError
+from fourdb.experiment.record import RECORD_VERSION, RunRecord, environment
+from fourdb.leaderboard.schema import RecordError
 from fourdb.untrusted import check_bytes
 from fourdb.utils import atomic_write_text
 
@@ -176,23 +177,17 @@ def external_record(path: str | Path, method: str, dataset: str, task: str, seed
     # a database folder is named by its folder and found again by its absolute path, as a run records it
     folder = Path(dataset).resolve() if dataset not in DATASETS and Path(dataset).is_dir() else None
     where = {"name": folder.name, "path": str(folder)} if folder else {"name": dataset}
-    return stamp({  # scored by fourdb here: verified
-        "record_version": SCHEMA_VERSIONS[-1],
-        "dataset": where["name"], "task": t.spec.name, "task_spec_hash": t.spec.spec_hash,
-        "database_fingerprint": database_fingerprint(db), "task_type": t.spec.task_type, "metric": t.spec.metric,
-        "model": method.strip(), "inputs": {"external": True}, "seed": int(seed),
-        "metrics": {"test": metrics}, "num_seeds": {"test": n}, "num_seeds_available": {"test": n},
-        "wall_seconds": None, "peak_memory_mb": None,
-        "config": {"dataset": {**where, "params": resolved_params(dataset, params)}, "task": task,
-                   "model": {"name": method.strip()}, "external": True, "seed": int(seed)},
-        "external": True,
-        "predictions_sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
-        **_environment(),
-    }, metrics="scored")
-
-
-def _environment() -> dict:
-    """Where the predictions were scored (the model itself ran elsewhere); as a run record has it."""
-    from fourdb.utils import environment
-
-    return environment(("fourdb", "duckdb", "pandas", "numpy", "scikit-learn"))
+    record = RunRecord(
+        record_version=RECORD_VERSION,
+        dataset=where["name"], task=t.spec.name, task_spec_hash=t.spec.spec_hash,
+        database_fingerprint=database_fingerprint(db), task_type=t.spec.task_type, metric=t.spec.metric,
+        model=method.strip(), inputs={"external": True}, seed=int(seed),
+        metrics={"test": metrics}, num_seeds={"test": n}, num_seeds_available={"test": n},
+        wall_seconds=None, peak_memory_mb=None,
+        config={"dataset": {**where, "params": resolved_params(dataset, params)}, "task": task,
+                "model": {"name": method.strip()}, "external": True, "seed": int(seed)},
+        external=True,
+        predictions_sha256=hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+        **environment(trained=False),  # where the predictions were scored (the model itself ran elsewhere)
+    )
+    return stamp(record.to_dict(), metrics="scored")  # scored by fourdb here: verified

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from fourdb.errors import FourdbError
+from fourdb.experiment.inputs import board_name
 from fourdb.leaderboard.curves import plot_text
 from fourdb.leaderboard.schema import budget_label, protocol_label, same_splits, setting
 from fourdb.leaderboard.store import ROOT_FIELD, graph_names, leaderboard_roots, load_all, record_spec, root_label
@@ -60,13 +61,6 @@ BOARDS = tuple(dict.fromkeys(t.family for t in TaskType))  # classification, reg
 
 DUCKDB_SQL = ("SELECT dataset, task, model, avg(metrics.test.auroc) AS auroc "
               "FROM read_json_auto('leaderboards/*/*.jsonl') GROUP BY ALL ORDER BY ALL")
-
-
-def input_kind(inputs: dict) -> str:
-    """The kind of input alone (a feature set, a graph construction, or 'external'), for average ranks."""
-    if inputs.get("external"):
-        return "external"
-    return str(inputs["features"]) if "features" in inputs else f"graph {inputs.get('graph', '?')}"
 
 
 def inputs_label(inputs: dict) -> str:
@@ -228,7 +222,7 @@ def aggregate(records: list[dict]) -> list[dict]:
         row["commit"] = commit_cell(rs)
         row["config"] = chash[:8]
         # the methods the row stands for: on a database where r2ne builds r2n's graph, a row is both
-        kinds = [f"graph {g}" for g in graph_names(rs[0])] or [input_kind(rs[0]["inputs"])]
+        kinds = [f"graph {g}" for g in graph_names(rs[0])] or [board_name(rs[0]["inputs"])]
         row["_methods"] = [f"{model} ({k})" + (f" [{root}]" if root else "") for k in kinds]
         row["_label"], row["_root"] = (model, inputs, root), root
         row["_setting"] = _flat(setting(rs[0]))

@@ -1,8 +1,9 @@
 """The result-record schema: what a leaderboard line must hold, checked with one-line errors.
 
-A record is the ``record.json`` a run writes (``fourdb.run.run_experiment``), or the record fourdb
-builds itself from an external prediction file. ``SCHEMA_VERSIONS`` lists the record versions this
-code can read; a record of any other version is refused rather than guessed at.
+A record is the ``record.json`` a run writes (``fourdb.experiment.run.run_experiment``), or the record fourdb
+builds itself from an external prediction file; both are a ``fourdb.experiment.record.RunRecord``, whose
+fields this module's table (``FIELDS``) is. ``RECORD_VERSION`` is the one record version this code reads;
+a record of any other version is refused rather than guessed at.
 
 On submission a record gains ``config_hash`` (its config without the seed and display-only keys, so
 the seeds of one setting share it) and ``submitted_at``.
@@ -15,11 +16,12 @@ from numbers import Real
 from pathlib import Path
 
 from fourdb.errors import FourdbError
+from fourdb.experiment.record import BOOL, FIELDS, INT, NONE, NUMBER, RECORD_VERSION, of_type
+from fourdb.tasks.splits import SPLITS
 from fourdb.tasks.types import TASK_TYPES, TaskType
 from fourdb.untrusted import MAX_NESTING, check_name, nesting, plain_file_name, safe_text
 from fourdb.utils import stable_hash
 
-SCHEMA_VERSIONS = (1,)
 # config keys that change nothing about the result, left out of the config hash
 CONFIG_IGNORED = ("seed", "trainer.progress", "certify")
 
@@ -28,52 +30,6 @@ class RecordError(FourdbError):
     """A result record (or an external prediction file) does not meet the schema."""
 
 
-NUMBER = (Real,)
-STR = (str,)
-INT = (int,)
-DICT = (dict,)
-BOOL = (bool,)
-NONE = (type(None),)
-
-# name -> (allowed types, required)
-FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
-    "record_version": (INT, True),
-    "dataset": (STR, True),
-    "task": (STR, True),
-    "task_spec_hash": (STR, True),
-    "task_type": (STR, True),
-    "metric": (STR, True),
-    "model": (STR, True),
-    "inputs": (DICT, True),
-    "seed": (INT, True),
-    "metrics": (DICT, True),
-    "num_seeds": (DICT, True),
-    "wall_seconds": (NUMBER + NONE, True),      # None only for external submissions
-    "peak_memory_mb": (NUMBER + NONE, True),    # None only for external submissions
-    "config": (DICT, True),
-    "packages": (DICT, True),
-    "git_commit": (STR + NONE, True),
-    "hardware": (DICT, True),
-    # optional
-    "git_dirty": (BOOL + NONE, False),          # the code differed from git_commit (fourdb.utils.git_state); None: not a checkout
-    "database_fingerprint": (STR, False),       # fourdb.rdb.fingerprint: the database's content
-    "external": (BOOL, False),
-    "num_seeds_available": (DICT, False),
-    "fit_seconds": (NUMBER + NONE, False),
-    "history": ((list,), False),
-    "predictions_sha256": (STR, False),
-    "predictions": (STR, False),  # the run folder's test predictions file
-    "config_hash": (STR, False),
-    "submitted_at": (STR, False),
-    "trivial": (DICT, False),                   # each trivial baseline's metrics on the run's seeds (the floor)
-    "certify": (DICT, False),                   # fourdb certify's verdict: passed, checks
-    "checked": (DICT, False),                   # what submit recomputed (fourdb.leaderboard.verify), sealed
-    "nproc": (INT, False),
-    "engine": (DICT + NONE, False),
-    "distributed": (DICT, False),
-    "parallel_auto": (DICT, False),
-}
-SPLITS = ("train", "val", "test")
 HEX = re.compile(r"^[0-9a-f]{7,64}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -83,26 +39,20 @@ def _type_name(types: tuple[type, ...]) -> str:
     return " or ".join(names.get(t, t.__name__) for t in types)
 
 
-def _is(value, types: tuple[type, ...]) -> bool:
-    if isinstance(value, bool) and bool not in types:  # True is an int in Python, not in a record
-        return False
-    return isinstance(value, types)
-
-
 def validate_record(record, where: str = "record") -> dict:
     """Return ``record`` if it meets the schema; else raise RecordError naming the first problem."""
     if not isinstance(record, dict):
         raise RecordError(f"{where}: a record must be a JSON object, got {type(record).__name__}")
     version = record.get("record_version")
-    if version is not None and _is(version, INT) and version not in SCHEMA_VERSIONS:
+    if version is not None and of_type(version, INT) and version != RECORD_VERSION:
         raise RecordError(f"{where}: record_version {version} is not supported (this fourdb reads "
-                          f"{', '.join(map(str, SCHEMA_VERSIONS))})")
+                          f"{RECORD_VERSION})")
     for name, (types, required) in FIELDS.items():
         if name not in record:
             if required:
                 raise RecordError(f"{where}: missing field '{name}'")
             continue
-        if not _is(record[name], types):
+        if not of_type(record[name], types):
             raise RecordError(f"{where}: field '{name}' must be {_type_name(types)}, "
                               f"got {type(record[name]).__name__} {record[name]!r:.60}")
     for name in ("dataset", "task", "task_spec_hash", "model", "metric"):
@@ -123,7 +73,7 @@ def validate_record(record, where: str = "record") -> dict:
         raise RecordError(f"{where}: unknown metric '{record['metric']}' (known: {', '.join(METRICS)})")
     metrics = record["metrics"]
     for split, values in metrics.items():
-        if split not in ("train", "val", "test"):
+        if split not in SPLITS:
             raise RecordError(f"{where}: metrics has unknown split '{split}' (expected train, val, test)")
         if not isinstance(values, dict):
             raise RecordError(f"{where}: metrics.{split} must be an object of metric -> number")
@@ -139,7 +89,7 @@ def validate_record(record, where: str = "record") -> dict:
                 raise RecordError(f"{where}: field '{name}' is null (allowed only for external submissions)")
     if record["wall_seconds"] is not None and record["wall_seconds"] < 0:
         raise RecordError(f"{where}: wall_seconds is negative ({record['wall_seconds']})")
-    if not _is(record["num_seeds"].get("test"), INT):
+    if not of_type(record["num_seeds"].get("test"), INT):
         raise RecordError(f"{where}: num_seeds.test (the number of test rows evaluated) must be an integer")
     _check_parts(record, where)
     return record
@@ -160,7 +110,7 @@ def _text(value, where: str, path: str) -> str:
 def _number(value, where: str, path: str, null: bool = False, low: float | None = None) -> None:
     if value is None and null:
         return
-    if not _is(value, NUMBER) or not math.isfinite(value) or (low is not None and value < low):
+    if not of_type(value, NUMBER) or not math.isfinite(value) or (low is not None and value < low):
         bound = f" of at least {low:g}" if low is not None else ""
         _fail(where, path, f"must be a finite number{bound}{' or null' if null else ''}, got {safe_text(repr(value), 60)}")
 
@@ -209,7 +159,7 @@ def _metric_values(values, where: str, path: str) -> None:
     for k, v in _object(values, where, path).items():
         if k not in METRICS:
             _fail(where, f"{path}.{_text(k, where, path + ' key')}", "is not a metric fourdb computes")
-        if not _is(v, NUMBER + NONE):  # null (or NaN, stored as null): undefined there, e.g. AUROC of one class
+        if not of_type(v, NUMBER + NONE):  # null (or NaN, stored as null): undefined there, e.g. AUROC of one class
             _fail(where, f"{path}.{k}", f"must be a number, got {safe_text(repr(v), 40)}")
 
 
@@ -225,7 +175,7 @@ def _check_parts(record: dict, where: str) -> None:
             _fail(where, name, "is out of range")
     for name in ("num_seeds", "num_seeds_available"):
         for split, n in (record.get(name) or {}).items():
-            if split not in SPLITS or not _is(n, INT) or n < 0:
+            if split not in SPLITS or not of_type(n, INT) or n < 0:
                 _fail(where, f"{name}.{safe_text(split, 40)}", f"must be a count of seeds of train, val or test, "
                       f"got {safe_text(repr(n), 40)}")
     for name in ("wall_seconds", "peak_memory_mb", "fit_seconds"):
@@ -241,12 +191,12 @@ def _check_parts(record: dict, where: str) -> None:
         _object(h, where, f"history[{i}]")
     certify = record.get("certify")
     if certify is not None:
-        if not _is(certify.get("passed"), BOOL):
+        if not of_type(certify.get("passed"), BOOL):
             _fail(where, "certify.passed", "must be true or false")
         if not isinstance(certify.get("checks", []), list):
             _fail(where, "certify.checks", "must be a list")
         for i, c in enumerate(certify.get("checks", [])):
-            if not _is(_object(c, where, f"certify.checks[{i}]").get("seeds"), INT):
+            if not of_type(_object(c, where, f"certify.checks[{i}]").get("seeds"), INT):
                 _fail(where, f"certify.checks[{i}].seeds", "must be an integer")
     commit = record["git_commit"]
     if commit is not None and not HEX.match(commit):
@@ -270,7 +220,7 @@ def _check_config(record: dict, where: str) -> None:
     config = record["config"]
     for name in ("max_train_seeds", "max_val_seeds"):
         value = config.get(name)
-        if value is not None and (not _is(value, INT) or value < 1):
+        if value is not None and (not of_type(value, INT) or value < 1):
             _fail(where, f"config.{name}", f"must be a positive integer or null, got {safe_text(repr(value), 40)}")
     trainer = config.get("trainer")
     if trainer is not None:
@@ -310,7 +260,7 @@ def check_params(dataset: str, params: dict, where: str) -> None:
             _fail(where, at, f"must keep its default ({defaults[key]!r}): fourdb states no bound for it")
         low, high = entry.bounds[key]
         integral = isinstance(low, int) and isinstance(high, int)
-        if not _is(value, INT if integral else NUMBER) or not math.isfinite(value) or not low <= value <= high:
+        if not of_type(value, INT if integral else NUMBER) or not math.isfinite(value) or not low <= value <= high:
             _fail(where, at, f"must be {'an integer' if integral else 'a number'} from {low:g} to {high:g} (the bound "
                   f"on what a record may make fourdb build), got {safe_text(repr(value), 40)}")
 

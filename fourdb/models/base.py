@@ -1,7 +1,8 @@
 """Every model, tabular or graph, behind one interface and one registry.
 
-``fit(data, trainer_cfg)`` then ``predict(data, split)``; ``input_kind`` says whether the runner
-hands the model table features or a sampled graph; ``report()`` tells the run record what fitting did.
+``fit(data, trainer_cfg)`` then ``predict(data, split)``; ``input_kind`` names the input kind the runner
+builds for it (table features, a sampled graph, ...: one module each in ``fourdb/experiment/inputs/``);
+``report()`` tells the run record what fitting did.
 A neural model only builds its ``torch.nn.Module`` and its data source: the one trainer, made by the
 trainer config it is handed (``trainer_cfg.trainer(info, seed)``), fits every one of them alike.
 
@@ -39,7 +40,8 @@ class TaskInfo:
 
 
 class Model:
-    input_kind = "table"
+    input_kind = "table"  # the registered input kind it reads (fourdb.experiment.inputs.INPUT_KINDS)
+    ranking: tuple[str, str] | None = None  # ``ranked_by``: set by the model families that do recommendation
     name = "model"
     task_types = (TaskType.BINARY, TaskType.MULTICLASS, TaskType.REGRESSION)  # ranking: create_model's wrappers
 
@@ -63,7 +65,7 @@ class Model:
         """The model that runs this one on a recommendation task and its parameter naming this one: a
         tabular model scores (source, candidate) pairs, a GNN's convolution encodes both towers (None: a
         model with neither, which does not do recommendation tasks)."""
-        return {"table": ("pair_ranker", "inner"), "graph": ("two_tower", "gnn")}.get(cls.input_kind)
+        return cls.ranking
 
     def fit(self, data, trainer_cfg) -> "Model":
         raise NotImplementedError

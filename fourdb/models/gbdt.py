@@ -34,6 +34,7 @@ def predict_in_blocks(feats, predict: Callable[[np.ndarray], np.ndarray]) -> np.
 @register_model("gbdt")
 class GBDT(Model):
     input_kind = "table"
+    ranking = ("pair_ranker", "inner")  # a recommendation task: it scores (source, candidate) pairs
 
     def __init__(self, info: TaskInfo, seed: int = 0, *, max_iter: int, learning_rate: float, max_leaf_nodes: int,
                  patience: int, max_features: float):

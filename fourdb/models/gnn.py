@@ -109,6 +109,7 @@ class GNN(NeuralModel):
     """A GNN model: sampled blocks from ``GraphSource``, one layer per sampled hop."""
 
     input_kind = "graph"
+    ranking = ("two_tower", "gnn")  # a recommendation task: its convolution encodes both towers
     extra_params: tuple[str, ...] = ()  # parameters of the model itself, not of its convolution
 
     def conv(self, etypes: list[tuple[str, str, str]], hidden: int, **params) -> nn.Module:

@@ -37,6 +37,7 @@ def lgb_matrix(x: np.ndarray) -> np.ndarray:
 @register_model("lightgbm")
 class LightGBM(Model):
     input_kind = "table"
+    ranking = ("pair_ranker", "inner")  # a recommendation task: it scores (source, candidate) pairs
 
     def __init__(self, info: TaskInfo, seed: int = 0, *, n_estimators: int, learning_rate: float, num_leaves: int,
                  min_data_in_leaf: int, feature_fraction: float, bagging_fraction: float, lambda_l2: float,

@@ -61,6 +61,7 @@ class TableSource(DataSource):
 
 class TabularModel(NeuralModel):
     input_kind = "table"
+    ranking = ("pair_ranker", "inner")  # a recommendation task: it scores (source, candidate) pairs
     net: type[nn.Module]  # built as net(numeric_dim, cardinalities, out_dim, **params)
 
     @classmethod

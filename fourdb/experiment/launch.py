@@ -21,12 +21,12 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fourdb.engine import ddp
-from fourdb.engine.cost import Line
-from fourdb.engine.parallel import ParallelPlan, Profile, choose_nproc, machine
-from fourdb.engine.timing import measure_steps, with_threads
+from fourdb.engine.distribution import ddp
+from fourdb.engine.planning.cost import Line
+from fourdb.engine.planning.parallel import ParallelPlan, Profile, choose_nproc, machine
+from fourdb.engine.planning.timing import measure_steps, with_threads
 from fourdb.errors import FourdbError
-from fourdb.prepare import clear_launch, hydra_text, prepare_run, trainer_config, write_launch
+from fourdb.experiment.prepare import clear_launch, hydra_text, prepare_run, trainer_config, write_launch
 
 log = logging.getLogger("fourdb")
 # keys this launcher sets for the ranks (the user's values for them are replaced)

@@ -15,29 +15,23 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fourdb.engine import ddp
-from fourdb.engine.data import GraphData
-from fourdb.inputs import SPLITS, graph_inputs, log_columns, run_inputs, subsample  # noqa: F401 - tests' helpers
+from fourdb.engine.distribution import ddp
+from fourdb.experiment.prepare import PreparedRun, prepare_run, read_launch
+from fourdb.experiment.record import RECORD_VERSION, RunRecord, environment
+from fourdb.experiment.settings import check_settings
 from fourdb.metrics import evaluate, higher_is_better
 from fourdb.models import MODELS
-from fourdb.prepare import prepare_run, read_launch, trainer_config
 from fourdb.rdb.fingerprint import database_fingerprint
-from fourdb.settings import check_settings
-from fourdb.utils import environment as utils_environment, atomic_output, atomic_write_text
+from fourdb.tasks.splits import SPLITS
+from fourdb.utils import atomic_output, atomic_write_text
 
 log = logging.getLogger("fourdb")
-RECORD_VERSION = 1
 
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def environment() -> dict:
-    return utils_environment(("fourdb", "torch", "dgl", "duckdb", "pandas", "numpy", "scikit-learn", "lightgbm"),
-                             gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
 
 
 PREDICTIONS = "predictions.parquet"  # a run's test predictions, beside its record
@@ -57,16 +51,17 @@ def save_predictions(path: Path, db, task, test: pd.DataFrame, scores) -> None:
         out.to_parquet(tmp, index=False)
 
 
-def certify_run(cfg: DictConfig, model, db, task, splits: dict, options) -> dict:
-    """``certify.enabled=true``: the trained model's test predictions must not change when the future does."""
-    from fourdb.certify import certify
+def certify_run(run: PreparedRun, options) -> dict:
+    """``certify.enabled=true``: the trained model's test predictions must not change when the future does
+    (the model's input kind rebuilds its inputs from each cut database)."""
+    from fourdb.experiment.certify import certify
 
     def build(db_, splits_):
-        return run_inputs(cfg, db_, task, splits_, model.input_kind)[0]
+        return run.kind.build(run.cfg, db_, run.task, splits_)
 
     start = time.perf_counter()
-    out = certify(build, model, db, task, splits, int(options.groups), int(options.max_seeds),
-                  int(cfg.seed))
+    out = certify(build, run.model, run.seen, run.task, run.splits, int(options.groups), int(options.max_seeds),
+                  int(run.cfg.seed))
     out["seconds"] = round(time.perf_counter() - start, 2)
     return out
 
@@ -74,7 +69,7 @@ def certify_run(cfg: DictConfig, model, db, task, splits: dict, options) -> dict
 def trivial_baselines(task, splits: dict, info, y_train) -> dict:
     """Each trivial baseline that does the task's type (``fourdb.models.trivial``), scored on the run's
     validation and test seeds: no training, so every run can say where the floor is."""
-    from fourdb.features.labels import label_data
+    from fourdb.tasks.past_labels import label_data
     from fourdb.models import create_model
     from fourdb.models.trivial import TRIVIAL
 
@@ -122,22 +117,27 @@ def recorded_config(cfg: DictConfig) -> dict:
 
 
 def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict | None:
-    """The run record (written to ``out_dir/record.json``). Inside a torchrun worker every rank trains
-    and evaluates its share; rank 0 writes the record and the other ranks return None."""
-    check_settings(cfg)  # a mistyped setting is one line, before any data is read
+    """The run record (written to ``out_dir/record.json``), its settings checked first: a mistyped setting is
+    one line, before any data is read (``fourdb run`` checks them itself and calls ``run_checked``)."""
+    check_settings(cfg)
+    return run_checked(cfg, out_dir)
+
+
+def run_checked(cfg: DictConfig, out_dir: str | Path | None = None) -> dict | None:
+    """``run_experiment`` of settings already checked. Inside a torchrun worker every rank trains and
+    evaluates its share; rank 0 writes the record and the other ranks return None."""
     start = time.perf_counter()
-    ctx = ddp.init(trainer_config(cfg).backend)
+    ctx = ddp.init(cfg.trainer.get("backend"))  # the trainer's settings are made once out_dir is agreed
     if ctx.distributed:  # every rank works in rank 0's folder
         out_dir = ddp.broadcast(str(out_dir) if out_dir is not None else None)
     seed_everything(cfg.seed)
     run = prepare_run(cfg)
-    db, task, splits, model = run.db, run.task, run.splits, run.model
     data, inputs, shared = run.inputs(out_dir, ctx)
-    log_columns(cfg, db, task, model.input_kind, data.graph.encoders if isinstance(data, GraphData) else None)
+    run.kind.log_columns(cfg, run.db, run.task, data)
     fit_start = time.perf_counter()
-    model.fit(data, run.trainer_config(out_dir))
+    run.model.fit(data, run.trainer_config(out_dir))
     fit_seconds = time.perf_counter() - fit_start
-    predictions = {s: model.predict(data, s) for s in SPLITS}  # every rank takes part (outputs are gathered)
+    predictions = {s: run.model.predict(data, s) for s in SPLITS}  # every rank takes part (outputs are gathered)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     peaks = ddp.all_gather(peak_mb)
     ddp.barrier()  # all ranks are done with the shared graph
@@ -145,45 +145,56 @@ def run_experiment(cfg: DictConfig, out_dir: str | Path | None = None) -> dict |
         shutil.rmtree(shared["folder"], ignore_errors=True)
     if ctx.distributed and not ctx.main:
         return None
-    y_train = task.split("train")["label"].to_numpy()  # a metric scaled by the training labels takes them all
-    metrics = {s: evaluate(task.spec.metrics, splits[s]["label"].to_numpy(), predictions[s], y_train) for s in SPLITS}
-    trivial = trivial_baselines(task, splits, model.info, y_train) if model.input_kind != "labels" else {}
-    warn_if_trivial_wins(cfg.model.name, task.spec.metric, metrics, trivial)
-    record = {
-        "record_version": RECORD_VERSION,
-        "dataset": cfg.dataset.name, "task": task.spec.name, "task_spec_hash": task.spec.spec_hash,
-        "database_fingerprint": database_fingerprint(db),
-        "task_type": task.spec.task_type, "metric": task.spec.metric,
-        "model": cfg.model.name, "inputs": inputs, "seed": int(cfg.seed),
-        "metrics": metrics,
-        "trivial": trivial,  # the floor: each trivial baseline's metrics on the same seeds
-        "num_seeds": {s: int(len(splits[s])) for s in SPLITS},
-        "num_seeds_available": {s: int((task.frame["split"] == s).sum()) for s in SPLITS},
-        "fit_seconds": fit_seconds, "wall_seconds": time.perf_counter() - start,
-        "peak_memory_mb": peak_mb,
-        "nproc": ctx.world,
-        **model.report(),  # history, engine
-        "config": recorded_config(cfg),
-        **environment(),
-    }
+    record = make_record(run, inputs, predictions, ctx.world, peak_mb)
+    record.fit_seconds, record.wall_seconds = fit_seconds, time.perf_counter() - start
     if cfg.certify.enabled and not ctx.distributed:
-        record["certify"] = certify_run(cfg, model, run.seen, task, splits, cfg.certify)
+        record.certify = certify_run(run, cfg.certify)
     if ctx.distributed:
-        record["distributed"] = {"world_size": ctx.world, "backend": ctx.backend, "peak_memory_mb_per_rank": peaks,
-                                 "shared_graph": shared, "restarts": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))}
+        record.distributed = {"world_size": ctx.world, "backend": ctx.backend, "peak_memory_mb_per_rank": peaks,
+                              "shared_graph": shared, "restarts": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))}
     plan = (read_launch(out_dir) or {}).get("plan")
     if plan:  # trainer.nproc=auto: the cost model's prediction beside the measured epochs
-        measured = (record["engine"] or {}).get("epoch_seconds") or [h["seconds"] for h in record["history"]]
-        record["parallel_auto"] = {**plan, "measured_epoch_s": measured}
-        log.info("parallel auto: %d rank(s), predicted epoch %.2f s; measured %s", ctx.world,
-                 plan["predicted_epoch_s"].get(str(ctx.world), float("nan")),
-                 ", ".join(f"{s:.2f} s" for s in measured))
+        record.parallel_auto = parallel_auto(plan, record, ctx.world)
     if out_dir is not None:
-        save_predictions(Path(out_dir) / PREDICTIONS, db, task, splits["test"], predictions["test"])
-        record["predictions"] = PREDICTIONS
-    if out_dir is not None:
-        atomic_write_text(Path(out_dir) / "record.json", json.dumps(record, indent=2, default=str))
-    return record
+        save_predictions(Path(out_dir) / PREDICTIONS, run.db, run.task, run.splits["test"], predictions["test"])
+        record.predictions = PREDICTIONS
+        atomic_write_text(Path(out_dir) / "record.json", json.dumps(record.to_dict(), indent=2, default=str))
+    return record.to_dict()
+
+
+def make_record(run: PreparedRun, inputs: dict, predictions: dict, nproc: int, peak_mb: float) -> RunRecord:
+    """The record of a trained run: its metrics on every split (and the trivial baselines' beside them, unless
+    its model is one), what it ran on and where."""
+    cfg, task, splits = run.cfg, run.task, run.splits
+    y_train = task.split("train")["label"].to_numpy()  # a metric scaled by the training labels takes them all
+    metrics = {s: evaluate(task.spec.metrics, splits[s]["label"].to_numpy(), predictions[s], y_train) for s in SPLITS}
+    trivial = trivial_baselines(task, splits, run.model.info, y_train) if run.kind.scored_beside_trivial else {}
+    warn_if_trivial_wins(cfg.model.name, task.spec.metric, metrics, trivial)
+    return RunRecord(
+        record_version=RECORD_VERSION,
+        dataset=cfg.dataset.name, task=task.spec.name, task_spec_hash=task.spec.spec_hash,
+        database_fingerprint=database_fingerprint(run.db),
+        task_type=task.spec.task_type, metric=task.spec.metric,
+        model=cfg.model.name, inputs=inputs, seed=int(cfg.seed),
+        metrics=metrics,
+        trivial=trivial,  # the floor: each trivial baseline's metrics on the same seeds
+        num_seeds={s: int(len(splits[s])) for s in SPLITS},
+        num_seeds_available={s: int((task.frame["split"] == s).sum()) for s in SPLITS},
+        fit_seconds=None, wall_seconds=None,  # the caller times the whole run
+        peak_memory_mb=peak_mb,
+        nproc=nproc,
+        **run.model.report(),  # history, engine
+        config=recorded_config(cfg),
+        **environment(),
+    )
+
+
+def parallel_auto(plan: dict, record: RunRecord, world: int) -> dict:
+    """``trainer.nproc=auto``'s plan beside the epochs measured (logged as a comparison)."""
+    measured = (record.engine or {}).get("epoch_seconds") or [h["seconds"] for h in record.history]
+    log.info("parallel auto: %d rank(s), predicted epoch %.2f s; measured %s", world,
+             plan["predicted_epoch_s"].get(str(world), float("nan")), ", ".join(f"{s:.2f} s" for s in measured))
+    return {**plan, "measured_epoch_s": measured}
 
 
 def format_records(records: list[dict], overrides: list[dict] | None = None) -> str:

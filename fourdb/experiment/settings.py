@@ -16,8 +16,9 @@ from omegaconf import DictConfig, OmegaConf
 from fourdb.datasets import DATASETS
 from fourdb.defaults import group_settings, run_settings
 from fourdb.engine.config import EngineConfig
-from fourdb.engine.sampler import STRATEGIES
+from fourdb.engine.sampling.sampler import STRATEGIES
 from fourdb.errors import SettingError, refuse_unknown
+from fourdb.experiment.record import of_type
 from fourdb.features.base import check_feature_params
 from fourdb.graph import GRAPHS
 from fourdb.models import check_params
@@ -45,7 +46,7 @@ def check_settings(cfg: DictConfig) -> None:
     if "sampler" in group:
         STRATEGIES.get(group["sampler"]["name"])
         fanouts = group["sampler"].get("fanouts")
-        if not isinstance(fanouts, list) or not fanouts or not all(_is(f, int) for f in fanouts):
+        if not isinstance(fanouts, list) or not fanouts or not all(of_type(f, int) for f in fanouts):
             raise SettingError(f"sampler.fanouts must be a list of integers, one per GNN layer, not {fanouts!r}")
     if "model" in group:
         check_params(group["model"]["name"], group["model"].get("params") or {})
@@ -70,13 +71,7 @@ def check_fields(where: str, cls, values: dict, skip: tuple[str, ...] = ()) -> N
     hints = typing.get_type_hints(cls)
     for key, value in values.items():
         types = typing.get_args(hints[key]) or (hints[key],)  # int | None: int, NoneType
-        if not any(_is(value, t) for t in types):
+        if not any(of_type(value, t) for t in types):
             names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
             raise SettingError(f"{where}.{key} must be {names}, not {value!r}")
 
-
-def _is(value, t: type) -> bool:
-    """YAML's view of types: an int is a float too, a bool is not a number."""
-    if isinstance(value, bool) and t is not bool:
-        return False
-    return isinstance(value, (int, float)) if t is float else isinstance(value, t)

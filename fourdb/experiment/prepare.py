@@ -11,9 +11,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from fourdb.datasets import load_dataset
-from fourdb.engine import ddp
+from fourdb.engine.distribution import ddp
 from fourdb.errors import FourdbError
-from fourdb.inputs import graph_engine, graph_inputs, graph_label, inputs_key, run_inputs, shared_folder, subsample
+from fourdb.experiment.inputs import InputKind, kind_of, subsample
 from fourdb.models import Model, TaskInfo, create_model
 from fourdb.rdb import Database
 from fourdb.tasks import Task, TaskSpec, find_task, materialize
@@ -36,23 +36,18 @@ class PreparedRun:
     splits: dict | None = None  # the seeds each split trains or is scored on (subsampled)
     model: Model | None = None  # untrained
 
+    @property
+    def kind(self) -> InputKind:
+        """What the model reads: its input kind, which builds its inputs."""
+        return kind_of(self.model)
+
     def inputs(self, out_dir=None, ctx: ddp.Context | None = None, share: bool = False):
-        """The model's inputs, how the run record names them, and the shared-graph note (or None).
+        """The model's inputs, how the run record names them, and the shared-inputs note (or None).
 
         The graph of a classification or regression run is built once per machine into a shared folder
         and mapped by every rank; ``share`` builds it there even in one process (the launcher's profile,
         so the ranks it starts map what it built)."""
-        cfg, ctx = self.cfg, ctx or ddp.Context()
-        if self.model.input_kind == "graph" and not self.spec.task_type.is_ranking:
-            folder, key = shared_folder(cfg, out_dir), inputs_key(cfg)
-            if share or ctx.distributed or ddp.shared_manifest(folder, key):
-                data, shared = ddp.shared_inputs(lambda: graph_inputs(cfg, self.seen, self.task, self.splits),
-                                                 folder, ctx, key)
-                data.engine = graph_engine(cfg)
-                return data, graph_label(cfg, self.seen), shared
-            return graph_inputs(cfg, self.seen, self.task, self.splits), graph_label(cfg, self.seen), None
-        data, label = run_inputs(cfg, self.seen, self.task, self.splits, self.model.input_kind)
-        return data, label, None
+        return self.kind.prepare(self.cfg, self.seen, self.task, self.splits, out_dir, ctx, share)
 
     def trainer_config(self, out_dir=None, **changes) -> TrainerConfig:
         return trainer_config(self.cfg, out_dir, **changes)

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from fourdb.engine.auto import last_calibration, measure, runnable, space
-from fourdb.engine.cost import price
-from fourdb.engine.frontier import Strategy, pareto, pick
-from fourdb.engine.source import GraphSource
+from fourdb.engine.planning.auto import last_calibration, measure, runnable, space
+from fourdb.engine.planning.cost import price
+from fourdb.engine.planning.frontier import Strategy, pareto, pick
+from fourdb.engine.sampling.source import GraphSource
 from fourdb.errors import FourdbError
-from fourdb.inputs import graph_engine
-from fourdb.prepare import prepare_run
+from fourdb.experiment.inputs.graph import graph_engine
+from fourdb.experiment.prepare import prepare_run
 
 
 def price_run(cfg, out_dir) -> tuple:
@@ -29,7 +29,7 @@ def price_run(cfg, out_dir) -> tuple:
     run = prepare_run(cfg)
     data, _, _ = run.inputs(out_dir)
     trainer_cfg = run.trainer_config(out_dir)
-    source = run.model.make_source(data, trainer_cfg) if run.model.input_kind == "graph" else None
+    source = run.model.make_source(data, trainer_cfg) if run.kind.trains_on_graph else None
     if not isinstance(source, GraphSource):
         raise FourdbError(f"fourdb plan prices the graph engine's strategies; model {cfg.model.name} does not "
                           "train through it")

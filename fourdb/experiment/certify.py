@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from fourdb.features import TableData
-from fourdb.features.interactions import RecData
+from fourdb.tasks.interactions import RecData
 from fourdb.models import NeuralModel
 from fourdb.rdb import Database
 from fourdb.tasks import Task
@@ -166,7 +166,7 @@ def first_difference(a, b, cut: Cut) -> str:
 
 def _graph_difference(a, b, cut: Cut) -> str:
     """Sample the test seeds in both graphs alike and compare hop by hop, in original row numbers."""
-    from fourdb.engine.data import add_edge_features, node_inputs
+    from fourdb.engine.sampling.data import add_edge_features, node_inputs
 
     sampled = []
     for data, rows in ((a, None), (b, cut.rows)):
