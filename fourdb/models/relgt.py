@@ -123,9 +123,32 @@ def tokenize(blocks: list, feats: dict, seed_type: str, tables: list[str], links
     start = dict(zip(tables, [sum(sizes[:i]) for i in range(len(tables))]))
     node_kind = torch.repeat_interleave(torch.arange(len(tables), device=dev), torch.tensor(sizes, device=dev))
     relations, link_names = sorted(links), sorted(set(links.values()))
+    steps, featured = _block_edges(blocks, start, links, relations, link_names)
+    inputs = [(feats[t]["num"], feats[t]["cat"]) if t in feats else None for t in tables]
+    link, rank, edge_id, index, ident = _link_rows(featured, link_names, inputs, dev)
 
-    # every block's edges in that id space; a featured edge also points at its row in ``featured``, the
-    # batch's featured edges of all blocks: (link table, relation, its data)
+    hop_span, rank_span = len(blocks) + 1, len(relations) + 1
+    (seed, node, hop, reach), crossed = _walk(steps, num_seeds, start[seed_type], n, hop_span, dev)
+    kind = node_kind[node]
+    local = node - torch.tensor([start[t] for t in tables], device=dev)[kind]
+    # a link row's token: its nearest hop, then the first relation (the two directions' ages differ)
+    empty = torch.zeros(0, dtype=torch.long, device=dev)
+    c_seed, c_row, c_hop = (torch.cat(x) for x in zip(*crossed)) if crossed else (empty, empty, empty)
+    packed = ((c_seed * (len(edge_id) + 1) + ident[c_row]) * hop_span + c_hop) * rank_span + rank[c_row]
+    keep, l_reach = _groups(packed, hop_span * rank_span, torch.ones_like(c_seed))
+    l_row = c_row[keep]
+    seed, hop, reach = torch.cat([seed, c_seed[keep]]), torch.cat([hop, c_hop[keep]]), torch.cat([reach, l_reach])
+    kind, index = torch.cat([kind, len(tables) + link[l_row]]), torch.cat([local, index[l_row]])
+    eid = torch.cat([torch.full_like(local, -1), edge_id[l_row]])
+    return _capped(seed, kind, index, hop, reach, eid, inputs, hop_span, max_tokens)
+
+
+def _block_edges(blocks: list, start: dict[str, int], links: dict[str, str], relations: list[str],
+                 link_names: list[str]) -> tuple[list[tuple], list[tuple]]:
+    """Every block's edges in the one id space of nodes, as (src, dst, row); a featured edge's row is its
+    place in ``featured``, the batch's featured edges of all blocks: (link table, relation, its data)
+    (-1: not featured)."""
+    dev = blocks[-1].device
     steps, featured = [], []
     for block in blocks:
         src, dst, row = [], [], []
@@ -140,27 +163,35 @@ def tokenize(blocks: list, feats: dict, seed_type: str, tables: list[str], links
             else:
                 row.append(torch.full_like(src[-1], -1))
         steps.append(tuple(torch.cat(x) for x in (src, dst, row)))
-    inputs = [(feats[t]["num"], feats[t]["cat"]) if t in feats else None for t in tables]
+    return steps, featured
+
+
+def _link_rows(featured: list[tuple], link_names: list[str], inputs: list, dev: torch.device) -> tuple:
+    """Per featured edge: its link table, its relation's rank, its edge id, its row among its link table's
+    and the token it is (a link row is one token however it is reached: (link table, edge id) is the same
+    both ways). Each link table's inputs are appended to ``inputs``."""
     empty = torch.zeros(0, dtype=torch.long, device=dev)
-    link, rank, edge_id = empty, empty, empty  # per featured edge
+    link, rank, edge_id = empty, empty, empty
     if featured:
         size = torch.tensor([len(f[2][dgl.EID]) for f in featured], device=dev)
         link, rank = (torch.repeat_interleave(torch.tensor([f[i] for f in featured], device=dev), size) for i in (0, 1))
         edge_id = torch.cat([f[2][dgl.EID].long() for f in featured])
-    index = torch.zeros_like(link)  # a featured edge's row among its link table's
+    index = torch.zeros_like(link)
     for k in range(len(link_names)):
         at = link == k
         index[at] = torch.arange(int(at.sum()), device=dev)
         parts = [f[2] for f in featured if f[0] == k]
         inputs.append((torch.cat([p["num"] for p in parts]), torch.cat([p["cat"] for p in parts])) if parts else None)
-    # a link row is one token however it is reached: (link table, edge id) is the same both ways
     ident = torch.unique(link * (int(edge_id.max()) + 1 if len(edge_id) else 1) + edge_id, return_inverse=True)[1]
+    return link, rank, edge_id, index, ident
 
-    # the walk, one block at a time from the seeds down: (seed, node, hop, reach) of every node reached
-    # (each once per seed, at its nearest hop) and (seed, featured edge, hop) of every featured edge crossed
-    hop_span, rank_span = len(blocks) + 1, len(relations) + 1
+
+def _walk(steps: list[tuple], num_seeds: int, first_seed: int, n: int, hop_span: int,
+          dev: torch.device) -> tuple[tuple, list[tuple]]:
+    """The walk, one block at a time from the seeds down: (seed, node, hop, reach) of every node reached
+    (each once per seed, at its nearest hop) and (seed, featured edge, hop) of every featured edge crossed."""
     seeds = torch.arange(num_seeds, device=dev)
-    front = (seeds, start[seed_type] + seeds, torch.zeros_like(seeds), torch.ones_like(seeds))
+    front = (seeds, first_seed + seeds, torch.zeros_like(seeds), torch.ones_like(seeds))
     crossed = []
     for src, dst, row in reversed(steps):
         order = torch.sort(dst).indices
@@ -177,19 +208,13 @@ def tokenize(blocks: list, feats: dict, seed_type: str, tables: list[str], links
                                                                                         torch.ones_like(hop))))
         keep, reach = _groups((f_seed * n + f_node) * hop_span + f_hop, hop_span, f_reach)
         front = (f_seed[keep], f_node[keep], f_hop[keep], reach)
-    seed, node, hop, reach = front
-    kind = node_kind[node]
-    local = node - torch.tensor([start[t] for t in tables], device=dev)[kind]
-    # a link row's token: its nearest hop, then the first relation (the two directions' ages differ)
-    c_seed, c_row, c_hop = (torch.cat(x) for x in zip(*crossed)) if crossed else (empty, empty, empty)
-    packed = ((c_seed * (len(edge_id) + 1) + ident[c_row]) * hop_span + c_hop) * rank_span + rank[c_row]
-    keep, l_reach = _groups(packed, hop_span * rank_span, torch.ones_like(c_seed))
-    l_row = c_row[keep]
-    seed, hop, reach = torch.cat([seed, c_seed[keep]]), torch.cat([hop, c_hop[keep]]), torch.cat([reach, l_reach])
-    kind, index = torch.cat([kind, len(tables) + link[l_row]]), torch.cat([local, index[l_row]])
-    eid = torch.cat([torch.full_like(local, -1), edge_id[l_row]])
+    return front, crossed
 
-    # the cap: nearest hops, then the newest rows, then table, reach (most first) and the content hash
+
+def _capped(seed, kind, index, hop, reach, eid, inputs: list, hop_span: int, max_tokens: int) -> Tokens:
+    """The cap: each seed's ``max_tokens`` first by nearest hops, then the newest rows, then table, reach
+    (most first) and the content hash."""
+    dev = seed.device
     age = torch.zeros(len(seed), dtype=torch.float32, device=dev)
     content = torch.zeros(len(seed), dtype=torch.long, device=dev)
     for k, x in enumerate(inputs):
