@@ -216,3 +216,60 @@ def test_a_string_comparison_of_an_input_kind_is_caught(tmp_path):
                                               'def g(kind):\n    return {"table": 1}.get(kind), "graph" in {}\n')
     assert input_kind_comparisons(tmp_path / "fourdb", {"graph", "table"}) == [
         "fourdb/a.py:2 decides on input kind 'graph'", "fourdb/a.py:4 decides on input kind 'table'"]
+
+
+MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 500
+
+
+def long_functions(root: Path) -> list[str]:
+    """Every function or method over ``MAX_FUNCTION_LINES`` lines, decorators left out."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name} is {length} lines")
+    return found
+
+
+def private_imports(root: Path) -> list[str]:
+    """Every ``from fourdb.x import _name`` (or a relative one): a private name used outside its module."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("fourdb")):
+                found += [f"{path.relative_to(root.parent)}:{node.lineno} imports {a.name} from {node.module}"
+                          for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_function_over_80_lines():
+    """A function a newcomer reads in one screen or two: a longer one is split into named parts."""
+    found = long_functions(ROOT)
+    assert not found, "\n".join(found)
+
+
+def test_no_module_over_500_lines():
+    """A module is one concern: a longer one is split into a package of its parts."""
+    found = [f"{path.relative_to(ROOT.parent)} is {n} lines" for path in sorted(ROOT.rglob("*.py"))
+             if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert not found, "\n".join(found)
+
+
+def test_no_private_name_imported_from_another_module():
+    """A name another module needs is public (or lives where it is used): ``_`` means this module's own."""
+    found = private_imports(ROOT)
+    assert not found, "\n".join(found)
+
+
+def test_a_long_function_and_a_private_import_are_caught(tmp_path):
+    """The checks above can fail: an 81-line function, and a private name imported from a sibling."""
+    (tmp_path / "fourdb").mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(80))
+    (tmp_path / "fourdb" / "a.py").write_text(f"def long():\n{body}\n\ndef short():\n    pass\n")
+    (tmp_path / "fourdb" / "b.py").write_text("from fourdb.a import _helper, public\nfrom .a import _other\n")
+    assert long_functions(tmp_path / "fourdb") == ["fourdb/a.py:1 long is 81 lines"]
+    assert private_imports(tmp_path / "fourdb") == ["fourdb/b.py:1 imports _helper from fourdb.a",
+                                                    "fourdb/b.py:2 imports _other from a"]
