@@ -23,12 +23,11 @@ def hydra_run(argv: list[str], plan_png: str | None = None, plan: bool = False) 
 
     @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
     def app(cfg: DictConfig) -> float | None:
-        from fourdb.experiment.run import format_records, run_experiment
-        from fourdb.experiment.settings import check_settings
-
         from fourdb.engine.distribution.ddp import in_torchrun
         from fourdb.experiment.launch import exit_rank, launch, needs_launch, quiet_other_ranks
         from fourdb.experiment.prepare import clear_launch, read_launch
+        from fourdb.experiment.run import format_records, run_checked
+        from fourdb.experiment.settings import check_settings
 
         out_dir = output_dir(HydraConfig.get())
         if plan:
