@@ -4,7 +4,7 @@ features). Global ones predict one value for every seed from the run's training 
 Entity ones predict from the seed's entity's own training labels known by its cutoff
 (``fourdb.tasks.past_labels``): ``entity_mean`` (for classification, its past class frequencies) and
 ``entity_median``; an entity with no past label gets the global prediction. Every run computes them
-beside its model and warns when the model does not beat the best (``fourdb.run``)."""
+beside its model and warns when the model does not beat the best (``fourdb.experiment.run``)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,6 +1,6 @@
 """Data-parallel training on torch.distributed: process group, sharding, gathering, a shared graph.
 
-A run with ``trainer.nproc > 1`` is started by torchrun (``fourdb.launch``); every rank runs the
+A run with ``trainer.nproc > 1`` is started by torchrun (``fourdb.experiment.launch``); every rank runs the
 same experiment. What differs per rank:
 
 * training: each global batch (the same ``batch_size`` seeds a 1-process run would take, from the same
