@@ -19,6 +19,7 @@ from fourdb.export.keys import positions, relbench_tables
 from fourdb.export.tasks import MANIFEST_VERSION, ExportedTask, as_forecast, convertible, external, forecast, stamp
 from fourdb.rdb import Database
 from fourdb.tasks import TASKS_DIR, TaskSpec, find_task
+from fourdb.tasks.splits import SPLITS
 from fourdb.untrusted import inside_output, plain_file_name
 from fourdb.utils import atomic_output, yaml_text
 
@@ -81,7 +82,7 @@ def export_dataset(dataset: str, out: str | Path, params: dict | None = None,
                 lines.append(f"note: {e}; exported with fourdb's labels as an external task")
         task = exported[spec.name]
         lines += [f"note: {n}" for n in task.notes]
-        counts = ", ".join(f"{len(task.splits[s])} {s}" for s in ("train", "val", "test"))
+        counts = ", ".join(f"{len(task.splits[s])} {s}" for s in SPLITS)
         lines.append(f"task {spec.name}: {kind} ({counts})")
     exported = list(exported.values())
     with atomic_output(out, folder=True) as tmp:

@@ -53,6 +53,7 @@ from fourdb.importers.dtypes import infer_dtype
 from fourdb.importers.keys import infer_foreign_keys, infer_primary_key
 from fourdb.rdb.database import Database, write_database
 from fourdb.rdb.sandbox import refuse_links_out
+from fourdb.tasks.splits import SPLITS
 from fourdb.untrusted import check_name, reading, safe_text
 from fourdb.utils import atomic_output, atomic_write_text, yaml_text
 
@@ -155,4 +156,4 @@ def _check_task(folder: Path, db: Database, name: str, spec: dict, report: Impor
             (folder / spec["candidates"]).unlink(missing_ok=True)
         return {}
     atomic_write_text(folder / "tasks" / f"{name}.yaml", text)
-    return {s: int((task.frame["split"] == s).sum()) for s in ("train", "val", "test")}
+    return {s: int((task.frame["split"] == s).sum()) for s in SPLITS}

@@ -28,6 +28,7 @@ from fourdb.importers.base import IMPORTERS, Format, ImportReport, Imported, Sou
 from fourdb.importers.samples import samples_task
 from fourdb.rdb.files import read_parquet
 from fourdb.rdb.sandbox import SQLSandbox, inside_folder
+from fourdb.tasks.splits import SPLITS
 from fourdb.tasks.types import TaskType
 from fourdb.untrusted import LimitError, check_name, plain_file_name, read_yaml
 
@@ -361,7 +362,7 @@ def _external(tm: dict, tfile: Path, base: dict, stamps: tuple[str, str], remove
     if specs[entity]["pkey"] is None:
         report.notes.append(f"{skip} its entity table '{entity}' has no pkey")
         return None
-    files = {s: tdir / f"{s}.parquet" for s in ("train", "val", "test")}
+    files = {s: tdir / f"{s}.parquet" for s in SPLITS}
     if not all(f.exists() for f in files.values()):
         report.notes.append(f"{skip} it needs train.parquet, val.parquet and test.parquet")
         return None

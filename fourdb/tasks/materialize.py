@@ -206,13 +206,13 @@ def _drop_unborn(spec: TaskSpec, db: Database, frame: pd.DataFrame,
         return frame, {}
     dropped = {s: int(n) for s, n in frame.loc[unborn, "split"].value_counts().items() if n}
     kept = frame[~unborn]
-    emptied = [s for s in ("train", "val", "test") if dropped.get(s) and not (kept["split"] == s).any()]
+    emptied = [s for s in SPLITS if dropped.get(s) and not (kept["split"] == s).any()]
     where = f"table '{table.name}' (time column {table.time_column})"
     if emptied and not allow_empty_splits:
         raise TaskError(f"task '{spec.name}': every {emptied[0]} seed's entity row in {where} is newer than its "
                         f"cutoff ({dropped[emptied[0]]} dropped); the SQL yields entities before they exist")
     log.warning("task '%s': dropped %s seeds whose entity row in %s is newer than the cutoff", spec.name,
-                ", ".join(f"{dropped.get(s, 0)} {s}" for s in ("train", "val", "test")), where)
+                ", ".join(f"{dropped.get(s, 0)} {s}" for s in SPLITS), where)
     return kept.reset_index(drop=True), dropped
 
 
