@@ -10,7 +10,8 @@ from fourdb.errors import FourdbError
 
 
 def plan(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="fourdb plan", add_help=False, exit_on_error=False)
+    # Hydra's own flags (-m, --cfg job, ...) pass through with the overrides
+    parser = argparse.ArgumentParser(prog="fourdb plan", add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("--out", metavar="FILE.png", help="where the frontier is drawn (default: the run folder)")
     try:
         args, overrides = parser.parse_known_args(argv)
