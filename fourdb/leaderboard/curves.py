@@ -24,13 +24,18 @@ def curve_points(tables: list[dict]) -> pd.DataFrame:
     for t in tables:
         if t["protocol"]:
             continue
-        frame = t["frame"]
         ascending = not higher_is_better(t["metric"])
-        for method, part in frame.groupby(frame["_methods"].str[0], sort=False):
-            best = part.sort_values("_val_mean", ascending=ascending, na_position="last").iloc[0]
-            rows.append({"method": method, "budget": t["budget"], "train_seeds": int(best["_train_seeds"]),
-                         "test_mean": best["_test_mean"], "test_std": best["_test_std"], "seeds": int(best["seeds"]),
-                         "trusted": best["verified"] in ("yes", "committed")})
+        # per method (a row's first), its setting of best mean validation metric (missing: last)
+        by_method: dict[str, list[int]] = {}
+        for i, summary in enumerate(t["summaries"]):
+            by_method.setdefault(summary.methods[0], []).append(i)
+        for method, at in by_method.items():
+            val = pd.Series([t["summaries"][i].val_mean for i in at], index=at, dtype=float)
+            i = val.sort_values(ascending=ascending, na_position="last").index[0]
+            best = t["summaries"][i]
+            rows.append({"method": method, "budget": t["budget"], "train_seeds": int(best.train_seeds),
+                         "test_mean": best.test_mean, "test_std": best.test_std, "seeds": int(t["frame"]["seeds"][i]),
+                         "trusted": t["frame"]["verified"][i] in ("yes", "committed")})
     points = pd.DataFrame(rows, columns=["method", "budget", "train_seeds", "test_mean", "test_std", "seeds", "trusted"])
     on = points.groupby("method")["budget"].transform("nunique") if len(points) else pd.Series(dtype=int)
     return points[on >= 2].sort_values(["method", "train_seeds"]).reset_index(drop=True)

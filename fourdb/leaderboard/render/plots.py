@@ -1,0 +1,87 @@
+"""A board's plots: each table's settings as bars (mean, std, each seed), a family's average ranks, written
+once per name under the boards' plots folder."""
+from __future__ import annotations
+
+import io
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fourdb.leaderboard.curves import plot_text
+from fourdb.leaderboard.render.aggregation import heading, trusted
+from fourdb.metrics import higher_is_better
+from fourdb.untrusted import inside_output, plain_file_name
+from fourdb.utils import atomic_write_bytes
+
+
+def slug(*parts: str) -> str:
+    import re
+
+    return "__".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p).strip("-").lstrip(".") for p in parts if p)
+
+
+def write_plot(plots: Path, name: str, data: bytes, written: set) -> str:
+    """Write a plot named from record names: a plain file name, inside the plots folder."""
+    plain_file_name(name, "plot", "file name")
+    atomic_write_bytes(inside_output(plots, name, "plot"), data)
+    written.add(name)
+    return name
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def plot_table(t: dict) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from collections import Counter
+
+    frame, summaries = t["frame"].iloc[::-1], t["summaries"][::-1]
+    labels = [plot_text(f"{m} ({i})" + (f" [{s.root}]" if s.root else "")) + ("" if trusted(v) else " (unverified)")
+              for m, i, s, v in zip(frame["model"], frame["inputs"], summaries, frame["verified"])]
+    counts = Counter(labels)
+    labels = [textwrap.fill(f"{lab} #{c}" if counts[lab] > 1 else lab, 38, subsequent_indent="  ")
+              for lab, c in zip(labels, frame["config"])]
+    fig, ax = plt.subplots(figsize=(8, 0.8 + 0.6 * len(frame)))
+    y = np.arange(len(frame))
+    ax.barh(y, [s.test_mean for s in summaries], xerr=np.nan_to_num([s.test_std for s in summaries]), color="#4c72b0",
+            alpha=0.8, capsize=3)
+    for yi, values in zip(y, (s.test_values for s in summaries)):
+        v = [x for x in values if x is not None]
+        ax.scatter(v, [yi] * len(v), color="black", s=10, zorder=3)
+    ax.set_yticks(y, labels, fontsize=8)
+    arrow = "higher is better" if higher_is_better(t["metric"]) else "lower is better"
+    ax.set_xlabel(f"test {t['metric']} ({arrow}); bar: mean, line: ± std, dots: seeds")
+    ax.set_title(heading(t, plot_text))
+    if t["metric"] in ("auroc", "accuracy", "macro_f1", "average_precision"):
+        lo = np.nanmin([x for s in summaries for x in s.test_values if x is not None] + [0.5])
+        ax.set_xlim(max(0.0, lo - 0.05), 1.0)
+    data = _png(fig)
+    plt.close(fig)
+    return data
+
+
+def plot_ranks(board: str, budget: str, frame: pd.DataFrame) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    frame = frame.iloc[::-1]
+    fig, ax = plt.subplots(figsize=(8, 0.8 + 0.6 * len(frame)))
+    ax.barh(np.arange(len(frame)), frame["average rank"].astype(float), color="#55a868")
+    labels = [plot_text(m) + ("" if trusted(v) else " (unverified)") for m, v in zip(frame["method"], frame["verified"])]
+    ax.set_yticks(np.arange(len(frame)), [textwrap.fill(m, 38, subsequent_indent="  ") for m in labels], fontsize=8)
+    ax.set_xlabel("average rank over tasks (lower is better)")
+    ax.set_title(f"{board}: average rank ({budget})")
+    data = _png(fig)
+    plt.close(fig)
+    return data
