@@ -23,10 +23,11 @@ PEAK_MB = 3000  # the whole fourdb process, database and libraries included
 DRIVER = """
 import resource, sys
 from fourdb.cli import main
+peak = sys.argv[1]  # fourdb run hands sys.argv to Hydra: read it first
 try:
     code = main(sys.argv[2:])
 finally:
-    with open(sys.argv[1], "w") as f:
+    with open(peak, "w") as f:
         f.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024))
 sys.exit(code)
 """
@@ -154,3 +155,15 @@ def test_a_process_group_under_a_memory_limit_is_bounded_by_it(tmp_path):
             assert p.returncode == 2 and len(errors) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
     finally:
         group.rmdir()
+
+
+@pytest.mark.parametrize("command", ["run", "certify"])
+def test_run_and_certify_stop_a_query_that_never_ends(tmp_path, command):
+    folder = write_shop(tmp_path / "db")
+    write_task(folder, HOSTILE["never ends"], name="hostile")
+    p, peak_mb, seconds = fourdb([command, f"dataset={folder}", "task=hostile", "model=gbdt"], tmp_path,
+                                 FOURDB_QUERY_SECONDS=str(SECONDS), FOURDB_CACHE=str(tmp_path / "cache"))
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert p.returncode == 2 and len(errors) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert "ran past" in errors[0] and "hostile.yaml" in errors[0] and seconds < SECONDS + 60
+    assert not list(tmp_path.glob("outputs/*/record.json"))

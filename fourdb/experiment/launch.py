@@ -1,5 +1,5 @@
 """``fourdb run trainer=ddp trainer.nproc=N``: start the ranks with torchrun and wait for the record;
-``trainer.nproc=auto``: profile the run first and let the cost model (``fourdb.engine.parallel``) pick N.
+``trainer.nproc=auto``: profile the run first and let the cost model (``fourdb.engine.planning.parallel``) pick N.
 
 The ``fourdb run`` process composes the config as usual. When ``trainer.nproc`` asks for more than one
 process (or ``auto``, and the cost model recommends more than one) and the model is a neural one, it
@@ -136,7 +136,7 @@ def profile(model, data, trainer_cfg, batches: int = 4, seed: int = 0) -> Profil
     ``model`` is the whole step after the batch is made: forward, loss, backward and the optimizer's
     step, each timed on batches fresh from the sampler (DGL builds a block's sparse formats on first use,
     as in training), on one thread and on the threads training gives it: the cores its sampler thread
-    leaves (fourdb/engine/pipeline.py), all of them for a model without one. Never on more: on a busy
+    leaves (fourdb/engine/feeding/pipeline.py), all of them for a model without one. Never on more: on a busy
     machine oversubscribed intra-op threads wait on each other at every operation, and a step timed so
     was 50 times what training took.
     """

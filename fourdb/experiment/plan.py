@@ -2,7 +2,7 @@
 time and peak memory, which are on the Pareto frontier, and what ``engine=auto`` would pick.
 
 It prepares the run as ``fourdb run`` would (database, task, graph, an untrained model), then runs
-``engine=auto``'s dry run (fourdb/engine/auto.py) on it in explore mode, so that besides how batches are
+``engine=auto``'s dry run (fourdb/engine/planning/auto.py) on it in explore mode, so that besides how batches are
 fed (store, hot tier, sampler threads, prefetch depth) it also prices half and twice the batch size,
 sampled and layer-wise evaluation and 1, 2, ... data-parallel processes. It trains nothing, draws the
 frontier, and says how far off the last ``engine=auto`` run's prediction was.

@@ -4,7 +4,7 @@ A model hands the trainer a torch module and a data source; the source yields tr
 ``(inputs, labels)`` and evaluation batches ``inputs`` per split. Test labels never reach the
 trainer: it only ever asks the source for training and validation labels.
 
-Inside a torchrun worker (``trainer.nproc > 1``, see fourdb/engine/ddp.py) the same loop trains data-
+Inside a torchrun worker (``trainer.nproc > 1``, see fourdb/engine/distribution/ddp.py) the same loop trains data-
 parallel: the module is wrapped in ``DistributedDataParallel``, each rank trains on its shard of every
 global batch (a source with ``shard(rank, world)`` samples only its shard; any other source's batches
 are sliced), and evaluation outputs are gathered from all ranks. With ``checkpoint_every`` the trainer
