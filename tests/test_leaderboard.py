@@ -48,7 +48,9 @@ def base_record():
     return json.loads(json.dumps(run_experiment(cfg), default=str))
 
 
-def variant(record, seed, model=None, test=None):
+def variant(record, seed, model=None, test=None, val=None):
+    """``record`` as another seed or model; ``test`` sets its test metric and, unless ``val`` says otherwise,
+    its validation metric alike (validation is what ranks a board)."""
     r = copy.deepcopy(record)
     r["seed"] = r["config"]["seed"] = seed
     r["git_dirty"] = False  # rendered tables mark dirty records; keep them independent of this checkout's state
@@ -56,6 +58,8 @@ def variant(record, seed, model=None, test=None):
         r["model"] = r["config"]["model"]["name"] = model
     if test is not None:
         r["metrics"]["test"][r["metric"]] = test
+    if val is not None or test is not None:
+        r["metrics"]["val"][r["metric"]] = test if val is None else val
     return r
 
 

@@ -1,5 +1,6 @@
-"""A sweep's summary: after ``fourdb run -m``, every run's metrics in one table (conf/config.yaml names
-``SummaryCallback`` as a Hydra callback)."""
+"""A sweep's summary: after ``fourdb run -m``, every run's metrics in one table and the best setting, chosen on
+validation (test is printed beside every run, never used to choose; conf/config.yaml names ``SummaryCallback``
+as a Hydra callback)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ from hydra.experimental.callback import Callback
 
 
 class SummaryCallback(Callback):
-    """Hydra callback: after a sweep, print every run's metrics in one table."""
+    """Hydra callback: after a sweep, print every run's metrics in one table, then the validation-best setting."""
 
     def on_multirun_end(self, config, **kwargs):
         from fourdb.experiment.run import format_records

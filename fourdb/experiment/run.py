@@ -198,7 +198,9 @@ def parallel_auto(plan: dict, record: RunRecord, world: int) -> dict:
 
 
 def format_records(records: list[dict], overrides: list[dict] | None = None) -> str:
-    """One row per run; ``overrides``: per run, the settings that vary across them (shown after the model)."""
+    """One row per run; ``overrides``: per run, the settings that vary across them (shown after the model).
+    Where runs hold several settings, a last line names the best by validation: test is printed beside
+    every run, never used to choose."""
     rows = []
     for i, r in enumerate(records):
         row = {"dataset": r["dataset"], "task": r["task"], "model": r["model"], **(overrides[i] if overrides else {}),
@@ -209,4 +211,32 @@ def format_records(records: list[dict], overrides: list[dict] | None = None) -> 
         row["train_seeds"] = f"{r['num_seeds']['train']}/{r['num_seeds_available']['train']}"
         row["wall_s"] = round(r["wall_seconds"], 1)
         rows.append(row)
-    return pd.DataFrame(rows).to_string(index=False)
+    return "\n".join([pd.DataFrame(rows).to_string(index=False), *best_lines(records, overrides)])
+
+
+def best_lines(records: list[dict], overrides: list[dict] | None = None) -> list[str]:
+    """Per (dataset, task) with more than one setting (model and varying overrides), the setting of best mean
+    validation metric over its seeds, its test mean beside it; none where no run has a validation metric."""
+    settings: dict[tuple, dict[tuple, list[dict]]] = {}
+    for i, r in enumerate(records):
+        setting = (("model", r["model"]), *sorted((overrides[i] if overrides else {}).items()))
+        settings.setdefault((r["dataset"], r["task"]), {}).setdefault(setting, []).append(r)
+    lines = []
+    for (dataset, task), by_setting in settings.items():
+        metric = next(iter(by_setting.values()))[0]["metric"]
+        val = {k: _mean_metric(rs, "val", metric) for k, rs in by_setting.items()}
+        val = {k: v for k, v in val.items() if np.isfinite(v)}
+        if len(by_setting) < 2 or not val:
+            continue
+        best = (max if higher_is_better(metric) else min)(val, key=val.get)
+        arrow = "higher" if higher_is_better(metric) else "lower"
+        lines.append(f"best on {dataset}/{task} by mean validation {metric} ({arrow} is better): "
+                     f"{', '.join(f'{k}={v}' for k, v in best)}: val {val[best]:.4f}, test "
+                     f"{_mean_metric(by_setting[best], 'test', metric):.4f} (test reports, never chooses)")
+    return lines
+
+
+def _mean_metric(records: list[dict], split: str, metric: str) -> float:
+    values = [(r["metrics"].get(split) or {}).get(metric) for r in records]
+    values = [v for v in values if v is not None and np.isfinite(v)]
+    return float(np.mean(values)) if values else float("nan")

@@ -2,7 +2,8 @@
 
 A point is one method (a model on one kind of input) on one budget's board of the task (default dataset
 parameters), at the training seeds its runs used: the best setting by mean validation metric, its test
-mean ± std over seeds. Methods on fewer than two budgets make no curve.
+mean ± std over seeds. Validation chooses, test reports: the order of methods on a budget is by that
+validation mean too. Methods on fewer than two budgets make no curve.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def plot_text(value, limit: int = 200) -> str:
 
 
 def curve_points(tables: list[dict]) -> pd.DataFrame:
-    """One row per (method, budget) of one task's board tables: train seeds, test mean and std, seeds."""
+    """One row per (method, budget) of one task's board tables: train seeds, validation mean (what chose the
+    setting and orders the methods), test mean and std, seeds."""
     rows = []
     for t in tables:
         if t["protocol"]:
@@ -34,15 +36,15 @@ def curve_points(tables: list[dict]) -> pd.DataFrame:
             i = val.sort_values(ascending=ascending, na_position="last").index[0]
             best = t["summaries"][i]
             rows.append({"method": method, "budget": t["budget"], "train_seeds": int(best.train_seeds),
-                         "test_mean": best.test_mean, "test_std": best.test_std, "seeds": int(t["frame"]["seeds"][i]),
+                         "val_mean": best.val_mean, "test_mean": best.test_mean, "test_std": best.test_std, "seeds": int(t["frame"]["seeds"][i]),
                          "trusted": t["frame"]["verified"][i] in ("yes", "committed")})
-    points = pd.DataFrame(rows, columns=["method", "budget", "train_seeds", "test_mean", "test_std", "seeds", "trusted"])
+    points = pd.DataFrame(rows, columns=["method", "budget", "train_seeds", "val_mean", "test_mean", "test_std", "seeds", "trusted"])
     on = points.groupby("method")["budget"].transform("nunique") if len(points) else pd.Series(dtype=int)
     return points[on >= 2].sort_values(["method", "train_seeds"]).reset_index(drop=True)
 
 
 def order_changes(points: pd.DataFrame, metric: str, text=str) -> list[str]:
-    """Per budget, its curve methods (each through ``text``, as shown) best first, when two methods swap places
+    """Per budget, its curve methods (each through ``text``, as shown) best first by validation, when two methods swap places
     between two budgets that both ran them (so a budget run for only some of the methods cannot hide a swap
     between the others)."""
     from itertools import combinations
@@ -50,7 +52,7 @@ def order_changes(points: pd.DataFrame, metric: str, text=str) -> list[str]:
     if points.empty:
         return []
     budgets = points.groupby("budget")["train_seeds"].max().sort_values().index
-    orders = {b: list(points[points["budget"] == b].sort_values("test_mean", ascending=not higher_is_better(metric))
+    orders = {b: list(points[points["budget"] == b].sort_values("val_mean", ascending=not higher_is_better(metric))
                       ["method"]) for b in budgets}
     rank = {b: {m: i for i, m in enumerate(o)} for b, o in orders.items()}
     swapped = any((rank[x][m] < rank[x][n]) != (rank[y][m] < rank[y][n])

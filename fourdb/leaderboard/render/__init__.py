@@ -7,15 +7,18 @@ whole test split. Boards may be read from several roots side by side; rows of tw
 Records made against an earlier version of a task file are kept in the jsonl but not shown.
 A setting with a record made from uncommitted code changes (``git_dirty``) is marked ``*``.
 
+Validation chooses, test reports (``SELECTION_RULE``): rows are ranked, and a method's setting is chosen, by
+the mean validation metric over seeds; the test metric is shown beside it and never decides anything.
+
 Average ranks, per board family (classification, regression, recommendation) and budget, follow one rule
 (``RANK_RULE``):
 
 * the tasks are the family's tables on the dataset's default parameters, without sanity tasks
   (``sanity: true`` in the task file, e.g. a planted leak that must stay at chance);
-* a method (a model on one kind of input, its best setting on each task) is ranked only if it ran
-  every one of those tasks, so all ranked methods are compared on the same tasks;
-* on each task the ranked methods are ranked among themselves (1 best, ties share the better rank),
-  and a method's average rank is the mean of its ranks over the tasks;
+* a method (a model on one kind of input, its setting of best mean validation metric on each task) is
+  ranked only if it ran every one of those tasks, so all ranked methods are compared on the same tasks;
+* on each task the ranked methods are ranked among themselves by mean validation metric (1 best, ties
+  share the better rank), and a method's average rank is the mean of its ranks over the tasks;
 * methods that ran only some of the tasks are listed below, not ranked ("ran only N of the M tasks").
 """
 from __future__ import annotations
@@ -36,12 +39,16 @@ from fourdb.tasks.types import TaskType
 from fourdb.untrusted import markdown_text, safe_text
 from fourdb.utils import atomic_write_text
 
+SELECTION_RULE = ("Validation chooses, test reports: a board's rows are ordered and ranked by mean validation "
+                  "metric over seeds, a method's setting (in the average ranks and the learning curves) is its "
+                  "validation-best one, and the test metric is shown beside it, never used to choose. A row without "
+                  "a validation metric (an external submission) is shown unranked (`-`).")
 RANK_RULE = ("Average rank, per family and training budget: over the family's tasks on each dataset's default "
-             "parameters at that budget, sanity tasks left out. A method (a model on one kind of input, its best "
-             "setting on each task; a run on a graph two constructions build alike, as r2n and r2ne on a database "
+             "parameters at that budget, sanity tasks left out. A method (a model on one kind of input, its "
+             "setting of best mean validation metric on each task; a run on a graph two constructions build alike, as r2n and r2ne on a database "
              "without link tables, counts for both) is ranked "
              "only if it ran every one of those tasks; on each task the ranked methods are ranked among "
-             "themselves (1 best, ties share the better rank) and the ranks are averaged. Methods that ran only "
+             "themselves by mean validation metric (1 best, ties share the better rank) and the ranks are averaged. Methods that ran only "
              "some of the tasks are listed below the table, not ranked.")
 DIRTY_NOTE = "made with uncommitted code changes"
 VERIFIED_NOTE = ("`verified` says whose numbers a row shows: `yes`, fourdb recomputed every seed's test metrics at submit "
@@ -69,7 +76,8 @@ def markdown_table(frame: pd.DataFrame) -> str:
 
 def _note(t: dict, text=markdown_text) -> str:
     arrow = "higher is better" if higher_is_better(t["metric"]) else "lower is better"
-    note = (f"{t['task_type']}; ranked by mean test {t['metric']} ({arrow}); mean ± sample std over seeds; "
+    note = (f"{t['task_type']}; ranked by mean validation {t['metric']} ({arrow}), test reported beside it; "
+            f"mean ± sample std over seeds; "
             f"task spec hash `{t['spec_hash']}`")
     if t.get("floor"):
         note += (f"; floor: the best trivial baseline, {text(t['floor'][0])}, at {t['floor'][1]:.4f}: a model that does "
@@ -125,8 +133,9 @@ def render(root=None) -> Path:
         "# fourdb leaderboards", "",
         "Written by `fourdb leaderboard render` from the records in `<dataset>/<task>.jsonl`; do not edit by hand.",
         "Each row is one setting (model, inputs, config) with its seeds aggregated: mean ± sample std of the",
-        "test metric, rank 1 best. A heading names the training budget, the training and validation seeds runs",
-        "were capped at (\"all\" uncapped); runs of another budget are another board and another average rank.",
+        "validation and test metrics, rank 1 best by validation. A heading names the training budget, the training",
+        "and validation seeds runs were capped at (\"all\" uncapped); runs of another budget are another board and",
+        "another average rank.",
         "A heading with [parameters] marks runs on non-default dataset parameters, ranked only among themselves.",
         "`setting` says what sets apart rows of one model and inputs; `epochs` the epochs the seeds trained, of",
         "the most allowed, and the early-stopping patience; `time (s)` the mean wall time of one run (load,",
@@ -134,6 +143,7 @@ def render(root=None) -> Path:
         "`certify` the verdict of `fourdb certify` (passed, FAILED, unverified or not run); `commit` the code the",
         f"records were made from. A model marked \\* has a record {DIRTY_NOTE}. Add results with",
         "`fourdb leaderboard submit RUN_DIR...` (see the project README).", "",
+        *textwrap.wrap(SELECTION_RULE, 110), "",
         *textwrap.wrap(VERIFIED_NOTE, 110), "",
         RANK_RULE, "",
     ]
@@ -194,7 +204,7 @@ def curves_section(tables: list[dict], plots: Path, written: set) -> list[str]:
     lines = ["## Learning curves", "",
              "Each method (its best setting by validation) on every budget it ran, at the training seeds it used: "
              "test mean ± std over seeds. Where two methods swap places between two budgets that both ran them, "
-             "the order is listed per budget (best first). A task whose training split is no larger than a budget's "
+             "the order is listed per budget (best first by validation). A task whose training split is no larger than a budget's "
              "cap has no run of its own on that budget: its full-data run is that point.", ""]
     for family in BOARDS:
         mine = {k: c for k, c in curves.items() if TaskType(c["task_type"]).family == family}

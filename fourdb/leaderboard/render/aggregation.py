@@ -246,8 +246,13 @@ def _board_frame(rows: list[dict], summaries: list[RowSummary], records: list[di
         trivial = frame["inputs"] == TRIVIAL_INPUTS
         beats = test_mean < floor[1] if ascending else test_mean > floor[1]
         frame.loc[~trivial & ~beats, "floor"] = "below floor"
-    frame.insert(0, "rank", test_mean.rank(ascending=ascending, method="min").astype(int))
-    frame = frame.sort_values(["rank", "model", "inputs", "root", "config"], kind="stable")
+    # validation chooses, test reports: rows are ranked by their mean validation metric; a row without one
+    # (an external submission: test predictions only) is shown last, unranked ("-")
+    order = validation_rank(summaries, metric)
+    frame.insert(0, "rank", order)
+    frame["_order"] = order.fillna(math.inf)
+    frame = frame.sort_values(["_order", "model", "inputs", "root", "config"], kind="stable").drop(columns="_order")
+    frame["rank"] = [UNRANKED if math.isnan(r) else int(r) for r in frame["rank"]]
     summaries = [summaries[i] for i in frame.index]
     frame = frame.reset_index(drop=True)
     extra = [f"test {m}" for m in others if f"test {m}" in frame.columns]
@@ -256,6 +261,20 @@ def _board_frame(rows: list[dict], summaries: list[RowSummary], records: list[di
              *(["floor"] if frame["floor"].any() else []), "epochs", "time (s)", "train rows", "test rows",
              "verified", "certify", "commit", "config"]
     return frame[order], summaries, floor
+
+
+UNRANKED = "-"  # the rank of a row without a validation metric, which nothing can choose
+
+
+def validation_rank(summaries: list[RowSummary], metric: str) -> pd.Series:
+    """Each row's rank by mean validation metric (1 best, ties share the better rank; NaN: no validation)."""
+    val = pd.Series([s.val_mean for s in summaries], dtype=float)
+    return val.rank(ascending=not higher_is_better(metric), method="min")
+
+
+def val_better(a: float, b: float, metric: str) -> bool:
+    """``a`` is a better validation metric than ``b`` (a NaN never is)."""
+    return not math.isnan(a) and (math.isnan(b) or (a > b if higher_is_better(metric) else a < b))
 
 
 TRIVIAL_INPUTS = "labels"  # the trivial baselines' input: the training labels alone (fourdb.models.trivial)
@@ -326,28 +345,19 @@ def average_ranks(tables: list[dict]) -> dict[tuple[str, str], Ranking]:
         counted = [t for t in family if not t.get("sanity") and not t["protocol"]]
         left_out = [table_name(t) + (" (sanity task)" if t.get("sanity") else "") for t in family
                     if t.get("sanity") or t["protocol"]]
-        # method -> task -> (its best setting's mean test metric, that setting made from uncommitted code, its
-        # verified cell)
-        best: dict[str, dict[str, tuple[float, bool, str]]] = {}
-        for t in counted:
-            sign = -1.0 if higher_is_better(t["metric"]) else 1.0  # smaller is better after the sign
-            for verified, summary in zip(t["frame"]["verified"], t["summaries"]):
-                for method in summary.methods:
-                    have = best.setdefault(method, {}).get(table_name(t))
-                    if have is None or sign * summary.test_mean < sign * have[0]:
-                        best[method][table_name(t)] = (summary.test_mean, summary.dirty, verified)
+        best = best_settings(counted)
         tasks = [table_name(t) for t in counted]
         ranked = sorted(m for m, done in best.items() if len(done) == len(tasks))
         ranks: dict[str, dict[str, int]] = {m: {} for m in ranked}
         for t in counted:
             name = table_name(t)
-            values = pd.Series([best[m][name][0] for m in ranked], index=ranked, dtype=float)
+            values = pd.Series([best[m][name].val_mean for m in ranked], index=ranked, dtype=float)
             for m, r in values.rank(ascending=not higher_is_better(t["metric"]), method="min").items():
                 ranks[m][name] = int(r)
-        rows = [{"method": m + ("*" if any(dirty for _, dirty, _ in best[m].values()) else ""),
+        rows = [{"method": m + ("*" if any(c.dirty for c in best[m].values()) else ""),
                  "average rank": float(np.mean(list(ranks[m].values()))),
                  "ranks": ", ".join(f"{k}: {v}" for k, v in sorted(ranks[m].items())),
-                 "verified": _rank_verified([cell for _, _, cell in best[m].values()])} for m in ranked]
+                 "verified": _rank_verified([c.verified for c in best[m].values()])} for m in ranked]
         frame = pd.DataFrame(rows, columns=["method", "average rank", "ranks", "verified"])
         frame = frame.sort_values(["average rank", "method"]).reset_index(drop=True)
         frame["average rank"] = frame["average rank"].map(lambda x: f"{x:.2f}")
@@ -355,6 +365,28 @@ def average_ranks(tables: list[dict]) -> dict[tuple[str, str], Ranking]:
         out[(board, budget)] = Ranking(tasks, frame, unranked, left_out)
     return out
 
+@dataclass
+class Chosen:
+    """A method's setting on one task, chosen by validation: what the average rank counts of it."""
+
+    val_mean: float
+    dirty: bool  # made from uncommitted code
+    verified: str  # its verified cell
+
+
+def best_settings(tables: list[dict]) -> dict[str, dict[str, Chosen]]:
+    """method -> task -> its setting of best mean validation metric. Validation chooses, test reports: a row
+    without a validation metric (an external submission) cannot be chosen, so it is not counted as run."""
+    best: dict[str, dict[str, Chosen]] = {}
+    for t in tables:
+        for verified, summary in zip(t["frame"]["verified"], t["summaries"]):
+            if math.isnan(summary.val_mean):
+                continue
+            for method in summary.methods:
+                have = best.setdefault(method, {}).get(table_name(t))
+                if have is None or val_better(summary.val_mean, have.val_mean, t["metric"]):
+                    best[method][table_name(t)] = Chosen(summary.val_mean, summary.dirty, verified)
+    return best
 
 
 def _rank_verified(cells: list[str]) -> str:

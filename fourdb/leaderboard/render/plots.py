@@ -1,5 +1,5 @@
-"""A board's plots: each table's settings as bars (mean, std, each seed), a family's average ranks, written
-once per name under the boards' plots folder."""
+"""A board's plots: each table's settings as bars (test mean, std, each seed) in the board's validation
+order, a family's average ranks, written once per name under the boards' plots folder."""
 from __future__ import annotations
 
 import io
@@ -59,7 +59,8 @@ def plot_table(t: dict) -> bytes:
         ax.scatter(v, [yi] * len(v), color="black", s=10, zorder=3)
     ax.set_yticks(y, labels, fontsize=8)
     arrow = "higher is better" if higher_is_better(t["metric"]) else "lower is better"
-    ax.set_xlabel(f"test {t['metric']} ({arrow}); bar: mean, line: ± std, dots: seeds")
+    # the rows keep the board's order, which validation chose: the bars report test, they do not rank
+    ax.set_xlabel(f"test {t['metric']} ({arrow}); bar: mean, line: ± std, dots: seeds; ordered by validation")
     ax.set_title(heading(t, plot_text))
     if t["metric"] in ("auroc", "accuracy", "macro_f1", "average_precision"):
         lo = np.nanmin([x for s in summaries for x in s.test_values if x is not None] + [0.5])
