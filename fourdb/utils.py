@@ -253,6 +253,39 @@ def git_state(folder: str | Path) -> tuple[str | None, bool | None]:
     return commit, bool(changed or untracked)
 
 
+def code_patch(folder: str | Path) -> bytes | None:
+    """The code's difference from HEAD in the checkout holding ``folder``, as a patch ``git apply`` takes at
+    the checkout's top: ``git diff HEAD`` of the tracked files outside ``leaderboards/`` and each untracked,
+    not ignored file under ``SOURCE_FOLDERS`` as a new file. Reads the checkout only (the index is left as
+    it is); None outside a checkout or when git fails, b"" when the code is HEAD's."""
+    import subprocess
+
+    def git(*args, cwd=folder, ok=(0,)):
+        try:
+            p = subprocess.run(["git", "-c", "core.quotepath=off", *args], cwd=cwd, capture_output=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return p.stdout if p.returncode in ok else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if not top:
+        return None
+    top = top.decode().strip()
+    plain = ("--binary", "--no-color", "--no-ext-diff", "--src-prefix=a/", "--dst-prefix=b/")
+    tracked = git("diff", "HEAD", *plain, "--", ":(top)", ":(top,exclude)leaderboards", cwd=top)
+    untracked = git("ls-files", "-z", "--others", "--exclude-standard", "--",
+                    *(f":(top){d}" for d in SOURCE_FOLDERS), cwd=top)
+    if tracked is None or untracked is None:
+        return None
+    parts = [tracked]
+    for name in sorted(n for n in untracked.decode().split("\0") if n):
+        added = git("diff", "--no-index", *plain, "--", "/dev/null", name, cwd=top, ok=(0, 1))
+        if added is None:
+            return None
+        parts.append(added)
+    return b"".join(parts)
+
+
 def environment(packages: tuple[str, ...], gpu: str | None = None) -> dict:
     """Package versions, git commit (and whether the code differs from it, see ``git_state``) and hardware, as
     a record of where a result was computed. ``git_dirty`` is None outside a git checkout."""

@@ -8,6 +8,7 @@ so the files are the same, key by key, as before the class existed.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from numbers import Real
 
@@ -20,6 +21,16 @@ DICT = (dict,)
 BOOL = (bool,)
 LIST = (list,)
 NONE = (type(None),)
+
+
+class _HexDigestCheck(type):
+    def __instancecheck__(cls, value) -> bool:
+        return isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) is not None
+
+
+# text of 64 lowercase hex digits (a sha256): ``isinstance`` says whether a value is one, so the field table
+# and the validator built from it check the form as they check a type
+SHA256_HEX = (_HexDigestCheck("64 hex digits", (), {}),)
 UNSET = object()  # an optional field the record does not hold (None is a value some fields hold)
 
 
@@ -55,6 +66,7 @@ class RunRecord:
     packages: dict = _field(DICT, True)
     git_commit: str | None = _field(STR + NONE, True)
     git_dirty: bool | None = _field(BOOL + NONE)  # the code differed from git_commit; None: not a checkout
+    code_patch_sha256: str = _field(SHA256_HEX)  # dirty code only: sha256 of code.patch in the run folder
     hardware: dict = _field(DICT, True)
     certify: dict = _field(DICT)  # fourdb certify's verdict: passed, checks
     distributed: dict = _field(DICT)

@@ -23,7 +23,7 @@ from fourdb.metrics import evaluate, higher_is_better
 from fourdb.models import MODELS
 from fourdb.rdb.fingerprint import database_fingerprint
 from fourdb.tasks.splits import SPLITS
-from fourdb.utils import atomic_output, atomic_write_text
+from fourdb.utils import atomic_output, atomic_write_bytes, atomic_write_text, code_patch
 
 log = logging.getLogger("fourdb")
 
@@ -49,6 +49,22 @@ def save_predictions(path: Path, db, task, test: pd.DataFrame, scores) -> None:
                         "prediction": task.spec.task_type.prediction_cells(scores, keys)})
     with atomic_output(path) as tmp:
         out.to_parquet(tmp, index=False)
+
+
+CODE_PATCH = "code.patch"  # a dirty run's code as a patch against its git_commit, beside its record
+
+
+def save_code_patch(path: Path) -> str | None:
+    """Write the code's difference from HEAD (``fourdb.utils.code_patch``) to ``path``; its sha256, None (and
+    no file) where git cannot say."""
+    import hashlib
+
+    patch = code_patch(Path(__file__).parent)
+    if not patch:
+        log.warning("the code differs from its commit but no patch of it could be made; %s not written", path.name)
+        return None
+    atomic_write_bytes(path, patch)
+    return hashlib.sha256(patch).hexdigest()
 
 
 def certify_run(run: PreparedRun, options) -> dict:
@@ -158,6 +174,10 @@ def run_checked(cfg: DictConfig, out_dir: str | Path | None = None) -> dict | No
     if out_dir is not None:
         save_predictions(Path(out_dir) / PREDICTIONS, run.db, run.task, run.splits["test"], predictions["test"])
         record.predictions = PREDICTIONS
+        if record.git_dirty:  # the code differed from git_commit: the patch beside the record rebuilds it
+            digest = save_code_patch(Path(out_dir) / CODE_PATCH)
+            if digest is not None:
+                record.code_patch_sha256 = digest
         atomic_write_text(Path(out_dir) / "record.json", json.dumps(record.to_dict(), indent=2, default=str))
     return record.to_dict()
 

@@ -33,20 +33,23 @@ def _submit(args) -> int:
 
         record = external_record(args.predictions, args.method, args.dataset, args.task, args.seed,
                                  dataset_params(args.dataset_param))
-        result = submit_records([(args.predictions, record)], root, args.skip_duplicates, progress=None)
+        result = submit_records([(args.predictions, record)], root, args.skip_duplicates, progress=None,
+                                replace=args.replace)
         for r in result.added:
             print(f"scored {args.predictions}: " + ", ".join(f"test {k} {v:.4f}" for k, v in r["metrics"]["test"].items()
                                                               if v is not None))
     else:
         if not args.run_dirs:
             raise FourdbError("give run folders (holding record.json) or --predictions FILE.csv")
-        result = submit_run_dirs(args.run_dirs, root, args.skip_duplicates, progress=None)
+        result = submit_run_dirs(args.run_dirs, root, args.skip_duplicates, progress=None, replace=args.replace)
     from collections import Counter
 
     from fourdb.leaderboard.boards import board_path
 
     for path, n in sorted(Counter(board_path(root, r["dataset"], r["task"]) for r in result.added).items()):
         print(f"{path}: +{n} record(s)")
+    if result.replaced:
+        print(f"replaced {len(result.replaced)} record(s) by their certified run(s)")
     if result.skipped:
         print(f"skipped {len(result.skipped)} record(s) already on the leaderboard")
     print(f"submitted {len(result.added)} record(s)")
@@ -108,6 +111,9 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the external run (default 0)")
     p.add_argument("--skip-duplicates", action="store_true",
                    help="leave out records already on the board instead of refusing the submission")
+    p.add_argument("--replace", action="store_true",
+                   help="a certified run (certify passed) takes the place of the record on the board with the same "
+                        "key (its plain twin); a record without a passed certify verdict is refused")
     p.set_defaults(func=_submit)
 
     p = cmds.add_parser("template", parents=[data], help="write a task's test keys, to fill in with predictions")

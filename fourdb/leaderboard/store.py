@@ -185,11 +185,12 @@ def _write_board(path: Path, lines: list[str]) -> None:
 class SubmitResult:
     added: list[dict] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)  # duplicates, when asked to skip them
+    replaced: list[dict] = field(default_factory=list)  # certified records put in their twins' place (in added)
     boards: list[Path] = field(default_factory=list)
 
 
 def submit_records(records: list[tuple[str, dict]], root: str | Path | None = None, skip_duplicates: bool = False,
-                   progress: bool | None = None) -> SubmitResult:
+                   progress: bool | None = None, replace: bool = False) -> SubmitResult:
     """Validate ``(where, record)`` or ``(where, record, run folder)`` tuples and append them to their boards;
     all or nothing.
 
@@ -198,6 +199,8 @@ def submit_records(records: list[tuple[str, dict]], root: str | Path | None = No
     submission and against the boards, and that its dataset name and parameters stand for the database they
     do on the dataset's boards and in the submission) before any board is written. Boards are locked in a
     fixed order, so concurrent submitters never deadlock and never lose each other's records.
+    ``replace``: a record whose ``certify`` verdict passed takes the place of the one on its board with the
+    same key (its plain twin); a record on the board met by one without a passed verdict is refused.
     """
     root = leaderboard_root(root)
     result = SubmitResult()
@@ -231,22 +234,9 @@ def submit_records(records: list[tuple[str, dict]], root: str | Path | None = No
                 same_database(r, str(board), on_boards, check=False)
         new_content: dict[Path, list[str]] = {}
         for p in paths:
-            keys = {record_key(as_built(r)) for r in existing[p]}
-            lines = [json.dumps(r, default=str, allow_nan=False) for r in existing[p]]
-            added = []
-            for where, record in prepared[p]:
-                if record_key(record) in keys:
-                    if skip_duplicates:
-                        result.skipped.append(record)
-                        continue
-                    raise RecordError(f"already on the leaderboard {p}: {describe_key(record)} "
-                                      f"(same dataset, task, model, inputs, seed and config)")
-                same_database(record, where, on_boards)
-                lines.append(json.dumps(record, default=str, allow_nan=False))
-                added.append(record)
-            if added:
+            lines = _board_lines(p, existing[p], prepared[p], on_boards, result, skip_duplicates, replace)
+            if lines is not None:
                 new_content[p] = lines
-                result.added.extend(added)
         for p in progress_bar(list(new_content), progress, desc="writing boards", leave=False):
             for stale in p.parent.glob(f".{p.name}.*.tmp"):  # left by a submitter killed mid-write
                 with contextlib.suppress(OSError):
@@ -256,9 +246,47 @@ def submit_records(records: list[tuple[str, dict]], root: str | Path | None = No
     return result
 
 
-def submit_run_dirs(paths, root=None, skip_duplicates=False, progress=None) -> SubmitResult:
+def certified(record: dict) -> bool:
+    """Whether ``fourdb certify``'s verdict on the record passed."""
+    return (record.get("certify") or {}).get("passed") is True
+
+
+def _board_lines(p: Path, existing: list[dict], prepared: list[tuple[str, dict]], on_boards: Databases,
+                 result: SubmitResult, skip_duplicates: bool, replace: bool) -> list[str] | None:
+    """Board ``p``'s new lines: its records, each submitted one appended, or, with ``replace``, written in its
+    certified-over twin's place; None when nothing is added."""
+    index = {record_key(as_built(r)): i for i, r in enumerate(existing)}
+    lines = [json.dumps(r, default=str, allow_nan=False) for r in existing]
+    added = []
+    for where, record in prepared:
+        key = record_key(record)
+        if key in index and replace:
+            if not certified(record):
+                verdict = "failed" if record.get("certify") else "not run"
+                raise RecordError(f"{where}: --replace takes a board record's place only with a certified run "
+                                  f"(certify passed); its certify verdict is {verdict}: {describe_key(record)}")
+        elif key in index:
+            if skip_duplicates:
+                result.skipped.append(record)
+                continue
+            raise RecordError(f"already on the leaderboard {p}: {describe_key(record)} "
+                              f"(same dataset, task, model, inputs, seed and config)")
+        same_database(record, where, on_boards)
+        line = json.dumps(record, default=str, allow_nan=False)
+        if key in index:
+            lines[index[key]] = line
+            result.replaced.append(record)
+        else:
+            lines.append(line)
+        added.append(record)
+    result.added.extend(added)
+    return lines if added else None
+
+
+def submit_run_dirs(paths, root=None, skip_duplicates=False, progress=None, replace=False) -> SubmitResult:
     """Submit the records of run folders, each checked against its own folder."""
-    return submit_records([(str(f), r, f.parent) for f, r in find_records(paths)], root, skip_duplicates, progress)
+    return submit_records([(str(f), r, f.parent) for f, r in find_records(paths)], root, skip_duplicates, progress,
+                          replace)
 
 
 def load_all(root=None, board: tuple[str, str] | None = None) -> dict[tuple[str, str], list[dict]]:
