@@ -392,6 +392,19 @@ def certified(experiment: str, cell: str, budget: dict) -> dict | None:
     return None
 
 
+def certify_verdict(board: dict | None, status: dict) -> str:
+    """MATRIX.md's certify column, agreeing with matrix_status.json: the board record's own verdict; else the
+    verdict the certified rerun recorded (its record has left the board since, e.g. made again from a commit by
+    --remake-dirty, which runs without certify); else why it did not run."""
+    if board:
+        return "passed" if board["passed"] else "FAILED"
+    if status.get("verdict"):
+        return f"{status['verdict']} (its record has left the board; seed 0 there is a plain run)"
+    if status:
+        return f"not run ({'timed out' if status.get('rc') == 'timeout' else 'failed'})"
+    return "not run"
+
+
 def certify_cell(experiment: str, cell: str, budget: dict, timeout_s: float) -> dict:
     """Makes seed 0 of the cell again with certify on; its record replaces the board's (archived), and the two
     test metrics are printed side by side: the rerun must reproduce the board."""
@@ -519,8 +532,7 @@ def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
         for c in cells:
             v = certified(e, c, budget)
             s = status.get(f"certify {e} {c}") or {}
-            verdict = ("passed" if v["passed"] else "FAILED") if v else \
-                f"not run ({'timed out' if s.get('rc') == 'timeout' else 'failed'})" if s else "not run"
+            verdict = certify_verdict(v, s)
             test, board = (f"{s[k]:.4f}" if s.get(k) is not None else "-" for k in ("test", "board_test"))
             lines.append(f"| {e} | {c} | {verdict} | {test} | {board} |")
     for name in (n for n in BUDGETS if n != "small"):

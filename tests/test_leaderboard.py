@@ -969,3 +969,19 @@ def test_matrix_hours_count_every_pass_of_a_cell_and_a_run_stopped_at_the_limit(
     section = "\n".join(produce.large_section("full", ["synthetic-taste"], {}, status))
     assert "These cells took 3.0 hours" in section and "stopped: a run went past the 90 min limit" in section
     assert f"| synthetic-taste | {cell} | 3 | 30.0 | " in section and " | 3.0 |  |" in section
+
+
+def test_matrix_and_its_status_agree_on_every_certify_verdict():
+    """MATRIX.md's certify column says what matrix_status.json recorded: a certified rerun that passed is
+    'passed' even where its record has left the board since (a plain remake of seed 0), never 'not run'."""
+    produce = load_produce()
+    assert produce.certify_verdict({"passed": True}, {}) == "passed"
+    assert produce.certify_verdict({"passed": False}, {"verdict": "passed"}) == "FAILED"
+    assert produce.certify_verdict(None, {"verdict": "passed", "rc": 0}).startswith("passed (its record has left")
+    assert produce.certify_verdict(None, {"rc": "timeout"}) == "not run (timed out)"
+    assert produce.certify_verdict(None, {"rc": 1}) == "not run (failed)"
+    assert produce.certify_verdict(None, {}) == "not run"
+    status = json.loads((REPO / "leaderboards" / "matrix_status.json").read_text())
+    for key, s in status.items():
+        if key.startswith("certify ") and s.get("verdict"):
+            assert produce.certify_verdict(None, s).split()[0] == s["verdict"]
