@@ -112,6 +112,13 @@ class RowEmbeddings(Protocol):
     reads: list | None  # set to a list, every training forward appends the rows it read (a tensor); None: not kept
 
 
+# How a record's model learned the target database, as RelBench 3's ``in_context`` flag: ``supervised`` fits
+# parameters on its training split; ``in-context`` takes no gradient step on it (a pretrained model reading
+# labelled rows as context). Boards never rank the two together.
+SUPERVISED, IN_CONTEXT = "supervised", "in-context"
+REGIMES = (SUPERVISED, IN_CONTEXT)
+
+
 class Report(dict):
     """What a fitted model tells the run record: its ``history`` per epoch and what its ``engine`` did."""
 

@@ -52,6 +52,7 @@ class RunRecord:
     seed: int = _field(INT, True)
     metrics: dict = _field(DICT, True)
     trivial: dict = _field(DICT)  # each trivial baseline's metrics on the run's seeds (the floor)
+    regime: str = _field(STR)  # fourdb.contracts.REGIMES; absent: supervised (records made before it was stated)
     num_seeds: dict = _field(DICT, True)
     num_seeds_available: dict = _field(DICT)
     fit_seconds: float | None = _field(NUMBER + NONE)

@@ -23,6 +23,7 @@ from fourdb.metrics import evaluate, higher_is_better
 from fourdb.models import MODELS
 from fourdb.rdb.fingerprint import database_fingerprint
 from fourdb.tasks.splits import SPLITS
+from fourdb.train.regime import regime_guard
 from fourdb.utils import atomic_output, atomic_write_bytes, atomic_write_text, code_patch
 
 log = logging.getLogger("fourdb")
@@ -151,7 +152,8 @@ def run_checked(cfg: DictConfig, out_dir: str | Path | None = None) -> dict | No
     data, inputs, shared = run.inputs(out_dir, ctx)
     run.kind.log_columns(cfg, run.db, run.task, data)
     fit_start = time.perf_counter()
-    run.model.fit(data, run.trainer_config(out_dir))
+    with regime_guard(cfg.model.name, run.model.regime):
+        run.model.fit(data, run.trainer_config(out_dir))
     fit_seconds = time.perf_counter() - fit_start
     predictions = {s: run.model.predict(data, s) for s in SPLITS}  # every rank takes part (outputs are gathered)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -198,6 +200,7 @@ def make_record(run: PreparedRun, inputs: dict, predictions: dict, nproc: int, p
         model=cfg.model.name, inputs=inputs, seed=int(cfg.seed),
         metrics=metrics,
         trivial=trivial,  # the floor: each trivial baseline's metrics on the same seeds
+        regime=run.model.regime,  # checked while it fitted (fourdb.train.regime)
         num_seeds={s: int(len(splits[s])) for s in SPLITS},
         num_seeds_available={s: int((task.frame["split"] == s).sum()) for s in SPLITS},
         fit_seconds=None, wall_seconds=None,  # the caller times the whole run

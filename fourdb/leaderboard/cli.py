@@ -5,6 +5,7 @@ import argparse
 
 import yaml
 
+from fourdb.contracts import REGIMES, SUPERVISED
 from fourdb.errors import FourdbError
 
 
@@ -32,7 +33,7 @@ def _submit(args) -> int:
         from fourdb.leaderboard.external import external_record
 
         record = external_record(args.predictions, args.method, args.dataset, args.task, args.seed,
-                                 dataset_params(args.dataset_param))
+                                 dataset_params(args.dataset_param), regime=args.regime)
         result = submit_records([(args.predictions, record)], root, args.skip_duplicates, progress=None,
                                 replace=args.replace)
         for r in result.added:
@@ -109,6 +110,9 @@ def add_parser(sub) -> None:
     p.add_argument("--dataset", help="dataset of the external predictions")
     p.add_argument("--task", help="task of the external predictions")
     p.add_argument("--seed", type=int, default=0, help="seed of the external run (default 0)")
+    p.add_argument("--regime", choices=REGIMES, default=SUPERVISED,
+                   help="how the external model learned the database: supervised (trained on its training split, "
+                        "the default) or in-context (no gradient step on it); boards rank each regime apart")
     p.add_argument("--skip-duplicates", action="store_true",
                    help="leave out records already on the board instead of refusing the submission")
     p.add_argument("--replace", action="store_true",

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fourdb.contracts import SUPERVISED
 from fourdb.experiment.record import RECORD_VERSION, RunRecord, environment
 from fourdb.leaderboard.schema import RecordError
 from fourdb.untrusted import check_bytes
@@ -163,8 +164,9 @@ def read_predictions(path: str | Path, task, test: pd.DataFrame) -> np.ndarray:
 
 
 def external_record(path: str | Path, method: str, dataset: str, task: str, seed: int = 0,
-                    params: dict | None = None) -> dict:
-    """Check a prediction file and score it against the test labels; returns a run record."""
+                    params: dict | None = None, regime: str = SUPERVISED) -> dict:
+    """Check a prediction file and score it against the test labels; returns a run record. Its ``regime`` is the
+    submitter's statement (the model ran elsewhere): boards rank it among records of that regime only."""
     from fourdb.datasets import DATASETS
     from fourdb.leaderboard.stamp import stamp
     from fourdb.rdb.fingerprint import database_fingerprint
@@ -187,6 +189,7 @@ def external_record(path: str | Path, method: str, dataset: str, task: str, seed
         config={"dataset": {**where, "params": resolved_params(dataset, params)}, "task": task,
                 "model": {"name": method.strip()}, "external": True, "seed": int(seed)},
         external=True,
+        regime=regime,
         predictions_sha256=hashlib.sha256(Path(path).read_bytes()).hexdigest(),
         **environment(trained=False),  # where the predictions were scored (the model itself ran elsewhere)
     )

@@ -15,6 +15,7 @@ import re
 from numbers import Real
 from pathlib import Path
 
+from fourdb.contracts import REGIMES, SUPERVISED
 from fourdb.errors import FourdbError
 from fourdb.experiment.record import BOOL, FIELDS, INT, NONE, NUMBER, RECORD_VERSION, of_type
 from fourdb.tasks.splits import SPLITS
@@ -69,6 +70,8 @@ def validate_record(record, where: str = "record") -> dict:
                           f"'{record['task_type']}'") from None
     from fourdb.metrics import METRICS
 
+    if record.get("regime", SUPERVISED) not in REGIMES:
+        raise RecordError(f"{where}: regime must be one of {', '.join(REGIMES)}, got {safe_text(record['regime'], 60)!r}")
     if record["metric"] not in METRICS:
         raise RecordError(f"{where}: unknown metric '{record['metric']}' (known: {', '.join(METRICS)})")
     metrics = record["metrics"]

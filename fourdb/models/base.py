@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
-from fourdb.contracts import Report
+from fourdb.contracts import SUPERVISED, Report
 from fourdb.defaults import model_params
 from fourdb.errors import FourdbError, refuse_unknown
 from fourdb.registry import Registry
@@ -44,6 +44,9 @@ class Model:
     ranking: tuple[str, str] | None = None  # ``ranked_by``: set by the model families that do recommendation
     name = "model"
     task_types = (TaskType.BINARY, TaskType.MULTICLASS, TaskType.REGRESSION)  # ranking: create_model's wrappers
+    # SUPERVISED or IN_CONTEXT (fourdb.contracts): an in-context model's fit runs under a guard that refuses any
+    # optimizer step (fourdb.train.regime), so its record's regime is checked, not claimed
+    regime = SUPERVISED
 
     def __init__(self, info: TaskInfo, seed: int = 0, **params):
         self.info, self.seed, self.params = info, seed, params

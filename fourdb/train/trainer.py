@@ -156,6 +156,9 @@ class Trainer:
                 break
         if state.best_state is not None:
             module.load_state_dict(state.best_state)
+        if state.finished and state.bad_epochs == 0 and state.epoch == self.cfg.epochs and ctx.main:
+            log.warning("training stopped at its cap of %d epochs while validation was still improving (boards mark "
+                        "such a run 'cut short'); raise trainer.epochs so that patience stops it", self.cfg.epochs)
         return module
 
     @property
