@@ -798,6 +798,8 @@ def test_a_committed_full_data_record_reproduces_from_the_code(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     again = run_experiment(config("experiment=synthetic-taste", *produce.overrides(cell), "seed=0",
                                   *produce.budget_overrides(full), *produce.large_budget_overrides(cell),
+                                  # the cap it trained under (caps were raised since; patience stopped it first)
+                                  f"trainer.epochs={record['config']['trainer']['epochs']}",
                                   "trainer.progress=false"))
     assert config_hash(again) == record["config_hash"]
     # a neural model trained on another kind of CPU (instruction set) rounds differently from its first step:
