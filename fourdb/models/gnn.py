@@ -33,20 +33,22 @@ from fourdb.engine.sampling.links import key_sizes, key_vocabularies
 from fourdb.errors import FourdbError, SettingError, did_you_mean
 from fourdb.models.base import MODELS, NeuralModel, keywords
 from fourdb.tasks.types import TaskType
-from fourdb.models.encoders import TypeEncoder, key
+from fourdb.models.encoders import ROW_ENCODER_PARAMS, RowEncoding, TypeEncoder, key
 from fourdb.models.id_embeddings import IdEmbeddings
 
 
 
 class HeteroGNN(nn.Module):
     def __init__(self, conv, dims: dict, layers: int, hidden: int, out_dim: int, seed_type: str,
-                 dropout: float, edge_dims: dict | None = None):
+                 dropout: float, edge_dims: dict | None = None,
+                 row_encoding: RowEncoding | None = None):
         """``conv()`` builds one layer's convolution; ``dims`` is table -> (numeric dim, cardinalities),
-        ``edge_dims`` the same per featured edge type name."""
+        ``edge_dims`` the same per featured edge type name; ``row_encoding``: the tables' row encoder (linear
+        when not given; link rows' encoders are linear)."""
         super().__init__()
         self.seed_type = seed_type
         self.num_layers = layers
-        self.encoder = TypeEncoder(dims, hidden)
+        self.encoder = TypeEncoder(dims, hidden, row_encoding)
         self.edge_encoders = nn.ModuleList(TypeEncoder(edge_dims, hidden) for _ in range(layers)) if edge_dims else None
         self.convs = nn.ModuleList(conv() for _ in range(layers))
         self.norms = nn.ModuleList(nn.ModuleDict({key(t): nn.LayerNorm(hidden) for t in dims})
@@ -117,28 +119,38 @@ class GNN(NeuralModel):
 
     @classmethod
     def parameters(cls, params: dict) -> dict[str, inspect.Parameter]:
-        """Those every GNN's ``network`` reads (``layers``: one per sampled hop unless given), and its convolution's."""
+        """Those every GNN's ``network`` reads (``layers``: one per sampled hop unless given; the row encoder's,
+        linear unless given, whose values are checked here, before any data is read), and its convolution's."""
         shared = {name: inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in ("hidden", "dropout")}
-        shared["layers"] = inspect.Parameter("layers", inspect.Parameter.KEYWORD_ONLY, default=None)
+        for name in ("layers", *ROW_ENCODER_PARAMS):
+            shared[name] = inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None)
+        RowEncoding.of(f"model '{cls.name}'", params)
         return {**shared, **keywords(cls.conv, skip=("self", "etypes", "hidden"))}
 
     def build(self, data) -> HeteroGNN:
         return self.network(data, self.info.out_dim)
 
-    def network(self, data, out_dim: int) -> HeteroGNN:
-        """The GNN over ``data`` (GraphData) with ``out_dim`` outputs per seed row."""
+    def shared_params(self, data) -> tuple[dict, int, float, RowEncoding]:
+        """(the rest of the params, hidden, dropout, the row encoder): what every GNN's network reads, with
+        ``layers`` checked against the sampled hops."""
         params = {k: v for k, v in self.params.items() if k not in self.extra_params}
         hidden, dropout = params.pop("hidden"), params.pop("dropout")
         layers = params.pop("layers", None)
         if layers is not None and layers != len(data.sampler.fanouts):
             raise FourdbError(f"model '{self.name}': layers={layers} but the sampler draws "
                               f"{len(data.sampler.fanouts)} hops (sampler.fanouts has one per layer)")
+        row_encoding = RowEncoding.of(f"model '{self.name}'", params, dropout)
+        return {k: v for k, v in params.items() if k not in ROW_ENCODER_PARAMS}, hidden, dropout, row_encoding
+
+    def network(self, data, out_dim: int) -> HeteroGNN:
+        """The GNN over ``data`` (GraphData) with ``out_dim`` outputs per seed row."""
+        params, hidden, dropout, row_encoding = self.shared_params(data)
         dims = {t: (input_width(f), f.cardinalities) for t, f in data.graph.features.items()}
         edge_dims = {et[1]: (input_width(f), f.cardinalities)
                      for et, f in data.graph.edge_features.items()}
         etypes = data.graph.canonical_etypes
         return HeteroGNN(lambda: self.conv(etypes, hidden, **params), dims, len(data.sampler.fanouts), hidden,
-                         out_dim, data.seed_type, dropout, edge_dims)
+                         out_dim, data.seed_type, dropout, edge_dims, row_encoding)
 
     def make_source(self, data, trainer_cfg) -> GraphSource:
         return GraphSource(data, trainer_cfg.batch_size)
@@ -191,5 +203,6 @@ class RecommendationGNN(GNN):
         if gnn not in gnns:
             raise SettingError(f"model '{cls.name}': gnn must be one of {', '.join(gnns)}, not '{gnn}'"
                                f"{did_you_mean(gnn, gnns)}")
+        RowEncoding.of(f"model '{cls.name}'", params)  # named as the model run, not as the GNN it wraps
         own = {name: inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in cls.extra_params}
         return {**own, **MODELS.get(gnn).parameters(params)}

@@ -35,9 +35,8 @@ import torch
 from torch import nn
 
 from fourdb.engine.sampling.data import input_width
-from fourdb.errors import FourdbError
 from fourdb.models.base import keywords, register_model
-from fourdb.models.encoders import key
+from fourdb.models.encoders import RowEncoding, key
 from fourdb.models.gnn import GNN, HeteroGNN
 
 NEVER = torch.iinfo(torch.int64).max  # the cutoff of a store row never written: no node's cutoff reaches it
@@ -72,11 +71,13 @@ class MuseNet(HeteroGNN):
     """HeteroGNN's column encoders, edge-feature encoders and head around ``layers`` descent steps."""
 
     def __init__(self, dims: dict, edge_dims: dict, etypes: list, rows: dict[str, int], layers: int, hidden: int,
-                 out_dim: int, seed_type: str, dropout: float, *, alpha: float, lam: float, gamma: float, rho: float):
-        super().__init__(nn.Identity, dims, layers, hidden, out_dim, seed_type, dropout, edge_dims)
+                 out_dim: int, seed_type: str, dropout: float, row_encoding: RowEncoding | None = None, *, alpha: float,
+                 lam: float, gamma: float, rho: float):
+        super().__init__(nn.Identity, dims, layers, hidden, out_dim, seed_type, dropout, edge_dims, row_encoding)
         del self.convs, self.norms  # the descent steps below replace them: one energy, one set of weights
         self.alpha, self.lam, self.gamma, self.rho = alpha, lam, gamma, rho
-        # f: with the encoder's linear layer, a one-hidden-layer MLP of the row's columns
+        # f: with the encoder's linear layer, a one-hidden-layer MLP of the row's columns (row_encoder=resnet:
+        # one more layer on the table's ResNet)
         self.f = nn.ModuleDict({key(t): nn.Sequential(nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, hidden))
                                 for t in dims})
         # no bias: a table reached by no edge of type r gets no pull from r
@@ -176,14 +177,10 @@ class MuseGNN(GNN):
         return None  # its layers are descent steps on one energy with a store across batches: no convolution to lend
 
     def network(self, data, out_dim: int) -> MuseNet:
-        params = dict(self.params)
-        hidden, dropout, layers = params.pop("hidden"), params.pop("dropout"), params.pop("layers", None)
-        if layers is not None and layers != len(data.sampler.fanouts):
-            raise FourdbError(f"model '{self.name}': layers={layers} but the sampler draws "
-                              f"{len(data.sampler.fanouts)} hops (sampler.fanouts has one per layer)")
+        params, hidden, dropout, row_encoding = self.shared_params(data)
         g = data.graph
         dims = {t: (input_width(f), f.cardinalities) for t, f in g.features.items()}
         edge_dims = {et[1]: (input_width(f), f.cardinalities) for et, f in g.edge_features.items()}
         rows = {t: len(f.numeric) for t, f in g.features.items()}
         return MuseNet(dims, edge_dims, g.canonical_etypes, rows, len(data.sampler.fanouts), hidden, out_dim,
-                       data.seed_type, dropout, **params)
+                       data.seed_type, dropout, row_encoding, **params)

@@ -5,7 +5,8 @@ Every row a seed's sampled subgraph reaches is a token of that seed: its node ro
 token is the sum of five encodings:
 
 - features: the row's encoded columns through its table's column encoder (``TypeEncoder``, as every
-  GNN here encodes rows; a link table has one encoder for both edge directions), LayerNormed;
+  GNN here encodes rows, ``row_encoder`` included; a link table has one linear encoder for both edge
+  directions), LayerNormed;
 - table: an embedding of the row's table;
 - hop: an embedding of its hop distance from the seed (the fewest sampled edges between them);
 - time: a small MLP of the row's own age at the seed's cutoff (log(1 + days), is static: the last two
@@ -41,7 +42,7 @@ from fourdb.engine.sampling.data import RELATIVE_TIME_DIMS, input_width
 from fourdb.engine.sampling.source import GraphSource
 from fourdb.errors import FourdbError, SettingError
 from fourdb.models.base import NeuralModel, keywords, register_model
-from fourdb.models.encoders import TypeEncoder, key
+from fourdb.models.encoders import RowEncoding, TypeEncoder, key
 
 REACH_BUCKETS = 12  # reach 1, 2-3, 4-7, ..., 2048 and more
 REACH_KEY = (1 << 16) - 1  # the token order ranks reach up to this
@@ -259,9 +260,11 @@ class LocalLayer(nn.Module):
 class RelGTNet(nn.Module):
     def __init__(self, dims: dict, link_dims: dict, links: dict[str, str], hops: int, out_dim: int,
                  seed_type: str, *, hidden: int, dropout: float, heads: int, layers: int, max_tokens: int,
-                 centroids: int):
+                 centroids: int, row_encoder: str | None = None, row_encoder_layers: int | None = None):
         """``dims``: node table -> (numeric dim, cardinalities); ``link_dims`` the same per link table;
-        ``links``: featured relation -> its link table; ``hops``: sampled hops (the largest hop)."""
+        ``links``: featured relation -> its link table; ``hops``: sampled hops (the largest hop);
+        ``row_encoder``, ``row_encoder_layers``: the node tables' row encoder (``RowEncoding``; linear
+        when not given)."""
         super().__init__()
         if hidden % heads:
             raise FourdbError(f"model 'relgt': hidden={hidden} must be divisible by heads={heads}")
@@ -269,7 +272,9 @@ class RelGTNet(nn.Module):
             raise FourdbError(f"model 'relgt': max_tokens must be at least 1 (the seed row), got {max_tokens}")
         self.seed_type, self.max_tokens = seed_type, max_tokens
         self.tables, self.links = sorted(dims), dict(links)
-        self.encoder = TypeEncoder(dims, hidden)
+        row_encoding = RowEncoding.of("model 'relgt'", {"row_encoder": row_encoder,
+                                                        "row_encoder_layers": row_encoder_layers}, dropout)
+        self.encoder = TypeEncoder(dims, hidden, row_encoding)
         self.edge_encoders = TypeEncoder(link_dims, hidden) if link_dims else None
         kinds = self.tables + sorted(link_dims)
         self.kind_keys = [key(k) for k in kinds]
@@ -340,6 +345,7 @@ class RelGT(NeuralModel):
 
     @classmethod
     def parameters(cls, params: dict) -> dict[str, inspect.Parameter]:
+        RowEncoding.of(f"model '{cls.name}'", params)  # its values checked before any data is read
         return keywords(RelGTNet.__init__, skip=("self", "dims", "link_dims", "links", "hops", "out_dim", "seed_type"))
 
     def build(self, data) -> RelGTNet:
