@@ -1,5 +1,5 @@
 """The ``fourdb`` command, one module per subcommand: run, certify and plan (Hydra apps, ``run``, ``plan``),
-validate, describe, import (``convert``), datasets, export and export-dataset, and leaderboard
+validate, describe, import (``convert``), datasets, rerun, export and export-dataset, and leaderboard
 (``fourdb.leaderboard.cli``); a sweep's summary is ``summary``."""
 from __future__ import annotations
 
@@ -86,6 +86,13 @@ def _main(argv: list[str]) -> int:
     p.set_defaults(func=command("describe", "describe"))
     p = sub.add_parser("datasets", help="list the built-in databases and their tasks")
     p.set_defaults(func=command("datasets", "datasets"))
+    p = sub.add_parser("rerun", help="run a record again from its own config into a fresh run folder and say whether "
+                                     "its metrics repeat (exit status 1 when they do not)")
+    p.add_argument("record", metavar="RECORD", help="a record.json, a run folder, or a board line: BOARD.jsonl:N")
+    p.add_argument("--line", type=int, metavar="N", help="the board's line to rerun (1-based), as BOARD.jsonl:N")
+    p.add_argument("--out", metavar="FOLDER", help="the rerun's run folder (new or empty; default: outputs/rerun/...)")
+    _outside_flag(p)
+    p.set_defaults(func=command("rerun", "rerun"))
     p = sub.add_parser("export", help="write a run's test predictions as a RelBench prediction table (CSV)")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (record.json and predictions.parquet)")
     p.add_argument("--format", default="relbench", help="the table's format: relbench (default)")
