@@ -49,6 +49,26 @@ def model_params(name: str) -> dict:
     return option("model", name).get("params") or {}
 
 
+# conf/model/<name>.yaml's search space: setting -> Optuna sweeper syntax, what `hparams_search=optuna` and
+# `leaderboards/produce.py --tune` try. It says what a sweep may try, not how a run trains.
+SEARCH = "search"
+
+
+def search_space(name: str) -> dict[str, str]:
+    """The search space conf/model/<name>.yaml declares ({} where there is nothing to tune, or no YAML)."""
+    if not (Path(CONF_DIR) / "model" / f"{name}.yaml").exists():
+        return {}
+    return option("model", name).get(SEARCH) or {}
+
+
+def without_search(config: dict) -> dict:
+    """A composed config (a plain dict) as a run's setting, the model's search space dropped (in place), so that
+    declaring or changing a space changes no recorded config, config hash or checkpoint key."""
+    if isinstance(config.get("model"), dict):
+        config["model"].pop(SEARCH, None)
+    return config
+
+
 def defaults_from(group: str, only: str | None = None):
     """Class decorator, under ``@dataclass``: each field that the group's default option states (with
     the reason for its value) takes that value as its default; a field with a default of its own too

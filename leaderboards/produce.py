@@ -2,6 +2,7 @@
 
     .venv/bin/python leaderboards/produce.py                 # everything still missing, then render
     .venv/bin/python leaderboards/produce.py --jobs 2 --only lahman-salary --cells sage:r2n,gbdt:dfs
+    .venv/bin/python leaderboards/produce.py --tune --jobs 2    # tune each task's headline cells, then the pass
 
 A cell is one model on one input (tabular models on single-table or DFS features, GNNs on the r2n or
 r2ne graph). Each cell of each task is one `fourdb run -m experiment=<dataset>-<task> ... seed=0,1,2`
@@ -10,6 +11,10 @@ interrupted pass keeps what it finished and a rerun runs only the seeds not yet 
 run only where the database has link tables (elsewhere it is the r2n graph). Cells go in the
 order of CELLS across all tasks (breadth first), so a short pass still covers every task.
 leaderboards/MATRIX.md records what is on the boards and what failed or ran out of time, and why.
+
+`--tune` first gives each task's headline cells the same number of trials of their model's search space on the
+small budget, chosen on validation (leaderboards/tuning.py says how, and what it costs); from then on the cell's
+runs, on every budget, are of its chosen setting.
 """
 from __future__ import annotations
 
@@ -27,6 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "leaderboards"))  # tuning.py, beside this script, where produce.py is imported too
+import tuning  # noqa: E402
 TASKS = ["synthetic-taste", "synthetic-leak", "synthetic-purchase-count",
          "nycflights13-late-arrival", "nycflights13-arrival-delay", "nycflights13-plane-flights",
          "lahman-hall-of-fame", "lahman-plays-next-season", "lahman-salary", "lahman-team-wins"]
@@ -227,9 +234,12 @@ def of_budget(record: dict, budget: dict) -> bool:
     return all((record.get("config") or {}).get(k) == v for k, v in budget.items())
 
 
-def cell_runs(experiment: str, cell: str, budget: dict) -> list[dict]:
-    """The board's records of this cell made with this budget (stale ones included)."""
-    return [r for r in board_records(experiment) if of_cell(r, experiment, cell) and of_budget(r, budget)]
+def cell_runs(experiment: str, cell: str, budget: dict, setting: dict | None = None) -> list[dict]:
+    """The board's records of this cell made with this budget (stale ones included), of ``setting``: by default
+    the one `--tune` chose for the cell, whose runs the cell's are from then on ({}: every setting)."""
+    setting = tuning.chosen_setting(experiment, cell) if setting is None else setting
+    return [r for r in board_records(experiment) if of_cell(r, experiment, cell) and of_budget(r, budget)
+            and tuning.of_setting(r, setting)]
 
 
 def done_seeds(experiment: str, cell: str, budget: dict) -> set[int]:
@@ -283,8 +293,8 @@ def run_cell(experiment: str, cell: str, budget: dict, jobs: int, timeout_s: flo
         return {"experiment": experiment, "cell": cell, "rc": 0, "seconds": 0.0, "submitted": "already on the board",
                 "peak_memory_mb": None, "error": None}
     args = [sys.executable, "-m", "fourdb.cli", "run", "-m", f"experiment={experiment}", *overrides(cell),
-            f"seed={','.join(map(str, seeds))}", *budget_overrides(budget), *extra, "trainer.progress=false",
-            f"hydra.sweep.dir={sweep}"]
+            f"seed={','.join(map(str, seeds))}", *budget_overrides(budget), *extra,
+            *tuning.chosen_overrides(experiment, cell), "trainer.progress=false", f"hydra.sweep.dir={sweep}"]
     env = fourdb_env(jobs)
     start = time.time()
     log = sweep.with_suffix(".log")
@@ -309,19 +319,24 @@ def small_budget_runs(experiment: str, cell: str) -> list[dict]:
 
 
 def best_by_validation(experiment: str, candidates: list[str]) -> str | None:
-    """The candidate cell with the best mean validation metric on the small-budget board."""
+    """The candidate cell with the best mean validation metric on the small-budget board; a cell with several
+    settings (a tuned one: its defaults and its chosen setting) by its validation-best one, as the boards rank a
+    method, so tuning a headline cell never takes it off the headline."""
+    from fourdb.leaderboard.schema import config_hash
     from fourdb.metrics import higher_is_better
 
     scores = {}
     for c in candidates:
-        runs = small_budget_runs(experiment, c)
-        values = [r["metrics"]["val"][r["metric"]] for r in runs if r["metrics"].get("val", {}).get(r["metric"]) is not None]
+        values = {}  # config hash -> validation metrics of its seeds
+        for r in (r for r in cell_runs(experiment, c, BUDGET, setting={}) if not stale(r, c)):
+            if (v := r["metrics"].get("val", {}).get(r["metric"])) is not None:
+                values.setdefault(r.get("config_hash") or config_hash(r), []).append(v)
+                better = max if higher_is_better(r["metric"]) else min
         if values:
-            scores[c] = sum(values) / len(values)
-            better = higher_is_better(runs[0]["metric"])
+            scores[c] = better(sum(v) / len(v) for v in values.values())
     if not scores:
         return None
-    return (max if better else min)(scores, key=scores.get)
+    return better(scores, key=scores.get)
 
 
 def headline_cells(experiment: str, link: dict) -> list[str]:
@@ -411,7 +426,8 @@ def certify_cell(experiment: str, cell: str, budget: dict, timeout_s: float) -> 
     old = [r for r in cell_runs(experiment, cell, budget) if r["seed"] == 0]
     out = ROOT / "multirun" / "certify" / experiment / cell.replace(":", "_")
     args = [sys.executable, "-m", "fourdb.cli", "certify", f"experiment={experiment}", *overrides(cell), "seed=0",
-            *budget_overrides(budget), "trainer.progress=false", f"hydra.run.dir={out}"]
+            *budget_overrides(budget), *tuning.chosen_overrides(experiment, cell), "trainer.progress=false",
+            f"hydra.run.dir={out}"]
     env = fourdb_env()
     start = time.time()
     shutil.rmtree(out, ignore_errors=True)  # a record left by an earlier try is not this run's
@@ -535,6 +551,7 @@ def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
             verdict = certify_verdict(v, s)
             test, board = (f"{s[k]:.4f}" if s.get(k) is not None else "-" for k in ("test", "board_test"))
             lines.append(f"| {e} | {c} | {verdict} | {test} | {board} |")
+    lines += tuning.matrix_lines({e: headline_cells(e, link) for e in experiments}, budget)
     for name in (n for n in BUDGETS if n != "small"):
         lines += large_section(name, experiments, link, status)
     status = {k: v for k, v in status.items() if len(k.split()) == 2}  # the small budget's cells
@@ -642,6 +659,15 @@ def save_status(key: str, value: dict) -> None:
         STATUS.write_text(json.dumps(status, indent=1, sort_keys=True))
 
 
+def tune(experiments: list[str], cells: list[str] | None, link: dict, jobs: int, timeout_s: float,
+         dry_run: bool) -> None:
+    """`--tune`: the headline cells of each task (those of ``cells``) get their study on the small budget
+    (tuning.py), ``timeout_s`` per trial; the passes after it run each tuned cell's chosen setting."""
+    studies = [(e, c) for e in experiments for c in headline_cells(e, link) if cells is None or c in cells]
+    tuning.run_studies(studies, lambda e, c: [f"experiment={e}", *overrides(c)], BUDGET, fourdb_env(jobs), timeout_s,
+                       jobs, dry_run)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", default="", help="comma-separated experiments (default: every built-in task)")
@@ -652,6 +678,10 @@ def main(argv=None) -> int:
     ap.add_argument("--certify", action="store_true", help="certify the cells of CERTIFY not yet certified")
     ap.add_argument("--budget", default="small", choices=list(BUDGETS),
                     help="small: the whole matrix; 30k and full: each task's headline cells (learning curves)")
+    ap.add_argument("--tune", action="store_true",
+                    help=f"first give each task's headline cells (of --cells) {tuning.TUNE_TRIALS} trials of their "
+                         "model's search space on the small budget, chosen on validation; the pass then runs the chosen "
+                         "settings")
     ap.add_argument("--remake-dirty", action="store_true",
                     help="make again the seeds whose records were made from uncommitted code (git_dirty); their "
                          "records move to leaderboards/archive/")
@@ -670,6 +700,8 @@ def main(argv=None) -> int:
         n = sum(sum(map(dirty[e], board_records(e))) if a.dry_run else archive(e, dirty[e]) for e in experiments)
         print(f"{n} record(s) made from uncommitted code {'would move' if a.dry_run else 'moved'} to "
               "leaderboards/archive/, to be made again", flush=True)
+    if a.tune:
+        tune(experiments, cells, link, a.jobs, a.timeout, a.dry_run)
     if a.certify:
         for e, cs in CERTIFY.items():
             for c in cs:

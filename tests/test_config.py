@@ -221,8 +221,9 @@ def test_the_boards_runs_compose_to_the_config_they_recorded():
                           *engine_choices(c["engine"]), *epoch_cap(r), "trainer.progress=false",
                           # a certified seed (`produce.py --certify`) was made by `fourdb certify`
                           *(["certify.enabled=true"] if (c.get("certify") or {}).get("enabled") else []))
-        assert OmegaConf.to_container(composed, resolve=True) == c, (r["dataset"], r["task"], r["model"])
-        assert config_hash({"config": OmegaConf.to_container(composed, resolve=True)}) == r["config_hash"]
+        recorded = fourdb.experiment.run.recorded_config(composed)  # as a run records it: no search space
+        assert recorded == c, (r["dataset"], r["task"], r["model"])
+        assert config_hash({"config": recorded}) == r["config_hash"]
 
 
 def test_fourdb_run_with_a_mistyped_setting_says_so_in_one_line_and_reads_no_data(tmp_path):

@@ -11,6 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from fourdb.datasets import load_dataset
+from fourdb.defaults import without_search
 from fourdb.engine.distribution import ddp
 from fourdb.errors import FourdbError
 from fourdb.experiment.inputs import InputKind, kind_of, subsample
@@ -118,7 +119,7 @@ def trainer_config(cfg: DictConfig, out_dir=None, **changes) -> TrainerConfig:
 
 
 def checkpoint_key(cfg: DictConfig) -> str:
-    conf = OmegaConf.to_container(cfg, resolve=True)
+    conf = without_search(OmegaConf.to_container(cfg, resolve=True))  # a model's search space trains nothing
     for k in RESUMABLE_ACROSS:
         (conf.get("trainer") or {}).pop(k, None)
     return stable_hash(conf)

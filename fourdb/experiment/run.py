@@ -15,6 +15,7 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from fourdb.defaults import without_search
 from fourdb.engine.distribution import ddp
 from fourdb.experiment.prepare import PreparedRun, prepare_run, read_launch
 from fourdb.experiment.record import RECORD_VERSION, RunRecord, environment
@@ -124,8 +125,9 @@ def warn_if_trivial_wins(model: str, metric: str, metrics: dict, trivial: dict) 
 
 def recorded_config(cfg: DictConfig) -> dict:
     """The resolved config, a database folder and a task file as absolute paths: the record finds what it
-    ran on wherever it is later read from (``fourdb leaderboard submit`` in any folder)."""
-    config = OmegaConf.to_container(cfg, resolve=True)
+    ran on wherever it is later read from (``fourdb leaderboard submit`` in any folder). The model's search
+    space is left out: it says what a sweep may try, not how this run trained."""
+    config = without_search(OmegaConf.to_container(cfg, resolve=True))  # a sweep's space is not the run's setting
     if config["dataset"].get("path"):
         config["dataset"]["path"] = str(Path(config["dataset"]["path"]).resolve())
     if str(config.get("task")).endswith((".yaml", ".yml")) and Path(config["task"]).is_file():

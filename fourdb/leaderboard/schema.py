@@ -16,6 +16,7 @@ from numbers import Real
 from pathlib import Path
 
 from fourdb.contracts import REGIMES, SUPERVISED
+from fourdb.defaults import SEARCH
 from fourdb.errors import FourdbError
 from fourdb.experiment.record import BOOL, FIELDS, INT, NONE, NUMBER, RECORD_VERSION, of_type
 from fourdb.tasks.splits import SPLITS
@@ -23,8 +24,9 @@ from fourdb.tasks.types import TASK_TYPES, TaskType
 from fourdb.untrusted import MAX_NESTING, check_name, nesting, plain_file_name, safe_text
 from fourdb.utils import stable_hash
 
-# config keys that change nothing about the result, left out of the config hash
-CONFIG_IGNORED = ("seed", "trainer.progress", "certify")
+# config keys that change nothing about the result, left out of the config hash (a model's search space: what a
+# sweep may try; runs leave it out of their records, and a record that has it hashes as one without)
+CONFIG_IGNORED = ("seed", "trainer.progress", "certify", f"model.{SEARCH}")
 
 
 class RecordError(FourdbError):
