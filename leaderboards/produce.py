@@ -224,6 +224,25 @@ def made_dirty(experiment: str, cells: list[str], budget: dict):
                       and any(of_cell(r, experiment, c) for c in cells))
 
 
+def cut_short_cells(experiment: str, cells: list[str], budget: dict):
+    """Whether a record is of a cell on ``budget`` one of whose seeds was cut short at its epoch cap (its last
+    allowed epoch its best): `--remake-cut-short` archives every seed of such a cell and the pass makes them
+    again under today's cap, so the cell's row stays one setting."""
+    from fourdb.leaderboard.marks import cut_short
+
+    records = [r for r in board_records(experiment) if of_budget(r, budget)]
+    hit = [c for c in cells if any(of_cell(r, experiment, c) and cut_short(r) for r in records)]
+    return lambda r: of_budget(r, budget) and any(of_cell(r, experiment, c) for c in hit)
+
+
+def cut_short_count(experiments: list[str]) -> tuple[int, int]:
+    """Neural records on the boards (every budget) cut short at their epoch cap, and neural records."""
+    from fourdb.leaderboard.marks import cut_short
+
+    neural = [r for e in experiments for r in board_records(e) if r.get("history")]
+    return sum(map(cut_short, neural)), len(neural)
+
+
 def board_records(experiment: str) -> list[dict]:
     dataset, task = experiment_task(experiment)
     board = ROOT / "leaderboards" / dataset / f"{task}.jsonl"
@@ -554,6 +573,11 @@ def write_matrix(experiments: list[str], budget: dict, link: dict) -> None:
     lines += tuning.matrix_lines({e: headline_cells(e, link) for e in experiments}, budget)
     for name in (n for n in BUDGETS if n != "small"):
         lines += large_section(name, experiments, link, status)
+    short, neural = cut_short_count(experiments)
+    lines += ["", "## trained to convergence", "", f"{short} of {neural} neural records on the boards (every budget) "
+              f"were cut short at their epoch cap ({100 * short / max(neural, 1):.1f}%; the goal is at most 2%): their "
+              "last allowed epoch was their best. The boards mark their rows; `produce.py --remake-cut-short` makes "
+              "their cells again under today's cap (docs/leaderboards.md)."]
     status = {k: v for k, v in status.items() if len(k.split()) == 2}  # the small budget's cells
     hours = sum(s["seconds"] for s in status.values()) / 3600
     peak = max(((s.get("peak_memory_mb") or 0), s["cell"], s["experiment"]) for s in status.values()) if status else None
@@ -685,6 +709,10 @@ def main(argv=None) -> int:
     ap.add_argument("--remake-dirty", action="store_true",
                     help="make again the seeds whose records were made from uncommitted code (git_dirty); their "
                          "records move to leaderboards/archive/")
+    ap.add_argument("--remake-cut-short", action="store_true",
+                    help="make again every seed of the cells of which a seed was cut short at its epoch cap (still "
+                         "improving on its last allowed epoch), under today's cap; their records move to "
+                         "leaderboards/archive/")
     a = ap.parse_args(argv)
     experiments = a.only.split(",") if a.only else ALL_TASKS
     cells = a.cells.split(",") if a.cells else None
@@ -699,6 +727,11 @@ def main(argv=None) -> int:
         dirty = {e: made_dirty(e, pass_cells(a.budget, e, cells, link), BUDGETS[a.budget]) for e in experiments}
         n = sum(sum(map(dirty[e], board_records(e))) if a.dry_run else archive(e, dirty[e]) for e in experiments)
         print(f"{n} record(s) made from uncommitted code {'would move' if a.dry_run else 'moved'} to "
+              "leaderboards/archive/, to be made again", flush=True)
+    if a.remake_cut_short:
+        short = {e: cut_short_cells(e, pass_cells(a.budget, e, cells, link), BUDGETS[a.budget]) for e in experiments}
+        n = sum(sum(map(short[e], board_records(e))) if a.dry_run else archive(e, short[e]) for e in experiments)
+        print(f"{n} record(s) of cells cut short at their epoch cap {'would move' if a.dry_run else 'moved'} to "
               "leaderboards/archive/, to be made again", flush=True)
     if a.tune:
         tune(experiments, cells, link, a.jobs, a.timeout, a.dry_run)

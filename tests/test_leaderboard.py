@@ -987,3 +987,47 @@ def test_matrix_and_its_status_agree_on_every_certify_verdict():
     for key, s in status.items():
         if key.startswith("certify ") and s.get("verdict"):
             assert produce.certify_verdict(None, s).split()[0] == s["verdict"]
+
+
+def test_remake_cut_short_makes_again_every_seed_of_a_cell_cut_short_at_its_cap(tmp_path, monkeypatch, capsys):
+    """`--remake-cut-short` moves every seed of a cell of which one seed ended on its best epoch at the cap (on
+    the pass's budget) to the archive, so the cell is made again as one setting under today's cap; a cell whose
+    seeds patience stopped keeps its records, and so does the cut-short cell on another budget."""
+    import types
+
+    produce = load_produce()
+    small = produce.BUDGETS["small"]
+    runs = sorted(produce.cell_runs("synthetic-taste", "sage:r2n", small), key=lambda r: r["seed"])
+    assert len(runs) == 3 and all(r["history"] for r in runs)
+
+    def with_history(record, values, cap):
+        history = [{"epoch": i + 1, "loss": 0.5, "val_auroc": v, "seconds": 1.0} for i, v in enumerate(values)]
+        return {**record, "history": history, "metric": "auroc",
+                "config": {**record["config"], "trainer": {**record["config"]["trainer"], "epochs": cap}}}
+
+    stopped = [with_history(r, [0.6, 0.7, 0.69, 0.68, 0.67], 10) for r in runs]  # patience ended it
+    short = [with_history(runs[0], [0.6, 0.7, 0.8], 3), *stopped[1:]]  # seed 0 still improving at its cap
+    other_budget = [{**r, "config": {**r["config"], "max_train_seeds": 30000}} for r in short]
+    monkeypatch.setattr(produce, "ROOT", tmp_path)
+    monkeypatch.setattr(produce, "STATUS", tmp_path / "status.json")
+    board = tmp_path / "leaderboards" / "synthetic" / "taste.jsonl"
+    board.parent.mkdir(parents=True)
+    board.write_text("".join(json.dumps(r) + "\n" for r in (*short, *[{**r, "model": "hgt"} for r in stopped],
+                                                             *other_budget)))
+    ran = []
+
+    def fake_run(args, log, timeout_s, env):
+        ran.append((next(a for a in args if a.startswith("model=")), next(a for a in args if a.startswith("seed="))))
+        return 0
+
+    monkeypatch.setattr(produce, "run_logged", fake_run)
+    monkeypatch.setattr(produce, "has_link_tables", lambda d: False)
+    monkeypatch.setattr(produce, "write_matrix", lambda *a: None)
+    monkeypatch.setattr(produce, "subprocess", types.SimpleNamespace(run=lambda *a, **k: None))
+    assert produce.cut_short_count(["synthetic-taste"]) == (2, 9)
+    assert produce.main(["--only", "synthetic-taste", "--cells", "sage:r2n,hgt:r2n", "--remake-cut-short"]) == 0
+    assert "3 record(s) of cells cut short at their epoch cap moved" in capsys.readouterr().out
+    assert ran == [("model=sage", "seed=0,1,2")]
+    left = [json.loads(line) for line in board.read_text().splitlines()]
+    assert sorted((r["model"], r["config"]["max_train_seeds"]) for r in left) == \
+        [("hgt", 5000)] * 3 + [("sage", 30000)] * 3
