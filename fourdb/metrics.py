@@ -112,57 +112,60 @@ def _hits(y, s) -> tuple[np.ndarray, np.ndarray]:
     return hits, np.array([len(t) for t in y], dtype=np.int64)
 
 
-@metric("map", ("recommendation",))
-def mean_average_precision(y, s):
-    """MAP@k (k: the predictions' width), as RelBench defines it: sources with no true destination are
-    left out; a source's average precision is divided by min(true destinations, k)."""
-    hits, count = _hits(y, s)
-    hits, count = hits[count > 0], count[count > 0]
-    k = s.shape[1]
+def source_metric(name: str):
+    """Register a recommendation metric by its value per source, ``per_source(hits, count, k)`` (``_hits`` of the
+    sources with a true destination; k: the predictions' width): the metric is its mean over those sources, as
+    RelBench leaves out sources with no true destination. ``bootstrap`` resamples the per-source values."""
+    def wrap(per_source):
+        def fn(y, s):
+            hits, count = _hits(y, s)
+            values = per_source(hits[count > 0], count[count > 0], s.shape[1])
+            return float(values.mean()) if len(values) else float("nan")
+
+        fn.per_source = per_source
+        METRICS.register(name, Metric(name, fn, True, ("recommendation",)))
+        return per_source
+
+    return wrap
+
+
+@source_metric("map")
+def average_precision_at_k(hits, count, k):
+    """MAP@k, as RelBench defines it: a source's average precision divided by min(true destinations, k)."""
     precision = np.cumsum(hits, 1) / (np.arange(k) + 1)
-    return float(((precision * hits).sum(1) / count.clip(max=k)).mean()) if len(hits) else float("nan")
+    return (precision * hits).sum(1) / count.clip(max=k)
 
 
-@metric("precision", ("recommendation",))
-def precision_at_k(y, s):
-    hits, count = _hits(y, s)
-    return float(hits[count > 0].mean(1).mean()) if (count > 0).any() else float("nan")
+@source_metric("precision")
+def precision_at_k(hits, count, k):
+    return hits.mean(1)
 
 
-@metric("recall", ("recommendation",))
-def recall_at_k(y, s):
-    hits, count = _hits(y, s)
-    return float((hits[count > 0].sum(1) / count[count > 0]).mean()) if (count > 0).any() else float("nan")
+@source_metric("recall")
+def recall_at_k(hits, count, k):
+    return hits.sum(1) / count
 
 
-@metric("mrr", ("recommendation",))
-def mean_reciprocal_rank(y, s):
-    """The mean over sources of 1 / the rank of the first true destination among the k (0 if none)."""
-    hits, count = _hits(y, s)
-    hits = hits[count > 0]
-    first = np.where(hits.any(1), hits.argmax(1) + 1, np.inf)
-    return float((1.0 / first).mean()) if len(hits) else float("nan")
+@source_metric("mrr")
+def reciprocal_rank(hits, count, k):
+    """1 / the rank of the first true destination among the k (0 if none)."""
+    return 1.0 / np.where(hits.any(1), hits.argmax(1) + 1, np.inf)
 
 
-@metric("hit_rate", ("recommendation",))
-def hit_rate(y, s):
-    """The share of sources with a true destination among the predicted ones (at the prediction's width:
-    ``eval_k``, or every shipped candidate, where it is 1 for every source with one: 4DBInfer's HR)."""
-    hits, count = _hits(y, s)
-    return float(hits[count > 0].any(1).mean()) if (count > 0).any() else float("nan")
+@source_metric("hit_rate")
+def hit(hits, count, k):
+    """Whether a true destination is among the predicted ones (at the prediction's width: ``eval_k``, or every
+    shipped candidate, where it is 1 for every source with one: 4DBInfer's HR)."""
+    return hits.any(1).astype(float)
 
 
-@metric("ndcg", ("recommendation",))
-def ndcg(y, s):
-    """Binary-relevance NDCG over the predicted list: DCG (1 / log2(rank + 1) per true destination) over
-    the DCG of the ideal list (min(true destinations, width) hits first)."""
-    hits, count = _hits(y, s)
-    hits, count = hits[count > 0], count[count > 0]
-    if not len(hits):
-        return float("nan")
-    gain = 1.0 / np.log2(np.arange(hits.shape[1]) + 2)
-    ideal = np.cumsum(gain)[np.minimum(count, hits.shape[1]) - 1]
-    return float(((hits * gain).sum(1) / ideal).mean())
+@source_metric("ndcg")
+def ndcg(hits, count, k):
+    """Binary-relevance NDCG over the predicted list: DCG (1 / log2(rank + 1) per true destination) over the
+    DCG of the ideal list (min(true destinations, width) hits first)."""
+    gain = 1.0 / np.log2(np.arange(k) + 2)
+    ideal = np.cumsum(gain)[np.minimum(count, k) - 1]
+    return (hits * gain).sum(1) / ideal
 
 
 def metrics_for(task_type: str) -> list[str]:
@@ -179,3 +182,148 @@ def compute(name: str, y_true, y_score, y_train=None) -> float:
 
 def evaluate(names: list[str], y_true, y_score, y_train=None) -> dict[str, float]:
     return {n: compute(n, y_true, y_score, y_train) for n in names}
+
+
+# ------------------------------------------------------------------------------- bootstrap of the test set
+# A metric's spread over test rows resampled with replacement. The resamples depend only on the test set (its
+# task's spec hash and row count make the seed), so every model scored on one test set is scored on the same
+# resamples: a paired bootstrap, in which two models' replicates differ by the models, not by the draw.
+
+BOOTSTRAP_REPLICATES = 200
+MAX_BOOTSTRAP_REPLICATES = 1000  # what a record may carry
+
+
+def bootstrap_seed(task_spec_hash: str, test_rows: int) -> int:
+    """The resampling seed of one test set: its task's spec hash and its number of rows."""
+    import hashlib
+
+    return int(hashlib.sha256(f"{task_spec_hash}:{int(test_rows)}".encode()).hexdigest()[:15], 16)
+
+
+def resample_indices(n: int, seed: int, replicates: int = BOOTSTRAP_REPLICATES):
+    """Per replicate, the n test rows drawn with replacement (row positions), from ``default_rng(seed)``."""
+    rng = np.random.default_rng(seed)
+    for _ in range(replicates):
+        yield rng.integers(0, n, n)
+
+
+def bootstrap(name: str, y_true, y_score, seed: int, y_train=None,
+              replicates: int = BOOTSTRAP_REPLICATES) -> list[float | None]:
+    """Metric ``name`` on each of ``replicates`` resamples of the test rows (``resample_indices``); None where
+    it is undefined on a resample (AUROC of a resample holding one class). The metrics fourdb knows are computed
+    from what each row contributes, found once; any other is computed on the resampled rows."""
+    y_true, y_score = _array(y_true), _array(y_score)
+    at = _resampled(name, y_true, y_score, y_train)
+    out = []
+    for idx in resample_indices(len(y_true), seed, replicates):
+        if at is not None:
+            value = at(idx)
+        else:
+            try:
+                value = compute(name, y_true[idx], y_score[idx], y_train)
+            except ValueError:  # the metric cannot be computed on this resample
+                value = float("nan")
+        out.append(float(value) if np.isfinite(value) else None)
+    return out
+
+
+def bootstrap_record(name: str, y_true, y_score, task_spec_hash: str, y_train=None) -> dict:
+    """A run record's ``test_bootstrap``: the board's metric on the test set's resamples, and their seed."""
+    seed = bootstrap_seed(task_spec_hash, len(y_true))
+    return {"metric": name, "seed": seed, "replicates": bootstrap(name, y_true, y_score, seed, y_train)}
+
+
+def _mean_of(values, keep: np.ndarray | None = None) -> Callable:
+    """Resampled rows -> the mean of per-row ``values`` over those of the rows ``keep`` (all: None)."""
+    values = np.asarray(values, dtype=float)
+    if keep is None:
+        return lambda idx: float(values[idx].mean()) if len(idx) else float("nan")
+
+    def at(idx):
+        kept = keep[idx]
+        return float(values[idx][kept].mean()) if kept.any() else float("nan")
+
+    return at
+
+
+def _resampled(name: str, y, s, y_train) -> Callable | None:
+    """Resampled rows (positions) -> metric ``name`` on them, from per-row parts found once; None: no such form."""
+    m = METRICS.get(name)
+    if hasattr(m.fn, "per_source"):
+        hits, count = _hits(y, s)
+        keep = count > 0
+        values = np.zeros(len(y))
+        values[keep] = m.fn.per_source(hits[keep], count[keep], s.shape[1])
+        return _mean_of(values, keep)
+    if name == "accuracy":
+        return _mean_of(y == ((s >= 0.5).astype(int) if s.ndim == 1 else s.argmax(1)))
+    if name in ("mae", "nmae"):
+        scale = float(np.std(np.asarray(y_train, dtype=float), ddof=1)) if name == "nmae" else 1.0
+        return _mean_of(np.abs(y - s) / scale)
+    if name == "rmse":
+        mean = _mean_of((y - s) ** 2)
+        return lambda idx: float(np.sqrt(mean(idx)))
+    if name == "r2":
+        return _resampled_r2(np.asarray(y, dtype=float), np.asarray(s, dtype=float))
+    if name in ("auroc", "roc_auc", "average_precision"):
+        return _resampled_ranking(name, y, s)
+    if name == "macro_f1":
+        return _resampled_macro_f1(y, s.argmax(1))
+    return None
+
+
+def _resampled_r2(y, s) -> Callable:
+    def at(idx):
+        yy = y[idx]
+        residual = ((yy - s[idx]) ** 2).sum()
+        spread = ((yy - yy.mean()) ** 2).sum()
+        if spread == 0:  # constant labels: as scikit-learn scores them
+            return 1.0 if residual == 0 else 0.0
+        return float(1 - residual / spread)
+
+    return at
+
+
+def _resampled_ranking(name: str, y, s) -> Callable:
+    """AUROC (the Mann-Whitney statistic, ties counted half) or average precision (precision at each distinct
+    score, weighed by the positives it adds) from each row's group of equal scores, sorted once."""
+    classes = np.unique(y)
+    if name in ("auroc", "roc_auc") and len(classes) != 2:
+        return lambda idx: float("nan")  # one class in the whole test set: undefined on every resample
+    positive = (y == classes[-1]) if len(classes) == 2 else (y == 1)
+    descending = name == "average_precision"
+    distinct, group = np.unique(-s if descending else s, return_inverse=True)  # group: rank of the row's score
+    groups = len(distinct)
+
+    def at(idx):
+        g = group[idx]
+        drawn = np.bincount(g, minlength=groups).astype(float)
+        pos = np.bincount(g, weights=positive[idx], minlength=groups)
+        neg = drawn - pos
+        p, n = pos.sum(), neg.sum()
+        if p == 0 or (n == 0 and not descending):
+            return float("nan")
+        if descending:
+            seen = np.cumsum(drawn)
+            precision = np.divide(np.cumsum(pos), seen, out=np.zeros_like(seen), where=seen > 0)
+            return float(pos @ precision / p)
+        return float(pos @ (np.cumsum(neg) - 0.5 * neg) / (p * n))
+
+    return at
+
+
+def _resampled_macro_f1(y, predicted) -> Callable:
+    """Macro F1 over the classes a resample holds (true or predicted), as scikit-learn counts them."""
+    labels, codes = np.unique(np.concatenate([y, predicted]), return_inverse=True)
+    true, pred = codes[:len(y)], codes[len(y):]
+    k = len(labels)
+
+    def at(idx):
+        t, p = true[idx], pred[idx]
+        tp = np.bincount(t[t == p], minlength=k)
+        support, called = np.bincount(t, minlength=k), np.bincount(p, minlength=k)
+        present = support + called > 0
+        f1 = 2 * tp[present] / (support[present] + called[present])
+        return float(f1.mean()) if present.any() else float("nan")
+
+    return at

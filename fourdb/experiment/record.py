@@ -51,6 +51,9 @@ class RunRecord:
     inputs: dict = _field(DICT, True)  # how its input kind names what the model read
     seed: int = _field(INT, True)
     metrics: dict = _field(DICT, True)
+    # the board's metric on resamples of the test rows, paired across models (fourdb.metrics.bootstrap_record):
+    # {"metric": name, "seed": int, "replicates": [number or null, ...]}
+    test_bootstrap: dict = _field(DICT)
     trivial: dict = _field(DICT)  # each trivial baseline's metrics on the run's seeds (the floor)
     regime: str = _field(STR)  # fourdb.contracts.REGIMES; absent: supervised (records made before it was stated)
     num_seeds: dict = _field(DICT, True)

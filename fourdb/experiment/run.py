@@ -20,7 +20,7 @@ from fourdb.engine.distribution import ddp
 from fourdb.experiment.prepare import PreparedRun, prepare_run, read_launch
 from fourdb.experiment.record import RECORD_VERSION, RunRecord, environment
 from fourdb.experiment.settings import check_settings
-from fourdb.metrics import evaluate, higher_is_better
+from fourdb.metrics import bootstrap_record, evaluate, higher_is_better
 from fourdb.models import MODELS
 from fourdb.rdb.fingerprint import database_fingerprint
 from fourdb.tasks.splits import SPLITS
@@ -188,7 +188,7 @@ def run_checked(cfg: DictConfig, out_dir: str | Path | None = None) -> dict | No
 
 def make_record(run: PreparedRun, inputs: dict, predictions: dict, nproc: int, peak_mb: float) -> RunRecord:
     """The record of a trained run: its metrics on every split (and the trivial baselines' beside them, unless
-    its model is one), what it ran on and where."""
+    its model is one), its test metric's bootstrap replicates, what it ran on and where."""
     cfg, task, splits = run.cfg, run.task, run.splits
     y_train = task.split("train")["label"].to_numpy()  # a metric scaled by the training labels takes them all
     metrics = {s: evaluate(task.spec.metrics, splits[s]["label"].to_numpy(), predictions[s], y_train) for s in SPLITS}
@@ -201,6 +201,9 @@ def make_record(run: PreparedRun, inputs: dict, predictions: dict, nproc: int, p
         task_type=task.spec.task_type, metric=task.spec.metric,
         model=cfg.model.name, inputs=inputs, seed=int(cfg.seed),
         metrics=metrics,
+        # the same resamples of the test rows for every model on this test set: a paired bootstrap
+        test_bootstrap=bootstrap_record(task.spec.metric, splits["test"]["label"].to_numpy(), predictions["test"],
+                                        task.spec.spec_hash, y_train),
         trivial=trivial,  # the floor: each trivial baseline's metrics on the same seeds
         regime=run.model.regime,  # checked while it fitted (fourdb.train.regime)
         num_seeds={s: int(len(splits[s])) for s in SPLITS},

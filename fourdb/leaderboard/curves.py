@@ -2,13 +2,15 @@
 
 A point is one method (a model on one kind of input) on one budget's board of the task (default dataset
 parameters), at the training seeds its runs used: the best setting by mean validation metric, its test
-mean ± std over seeds. Validation chooses, test reports: the order of methods on a budget is by that
-validation mean too. Methods on fewer than two budgets make no curve.
+mean ± std over seeds and its 95% interval (``fourdb.leaderboard.render.uncertainty``). Validation chooses, test
+reports: the order of methods on a budget is by that validation mean too. Methods on fewer than two budgets make
+no curve. A curve is of supervised runs: models that learn in context train on no budget.
 """
 from __future__ import annotations
 
 import pandas as pd
 
+from fourdb.contracts import SUPERVISED
 from fourdb.metrics import higher_is_better
 from fourdb.untrusted import safe_text
 
@@ -24,7 +26,7 @@ def curve_points(tables: list[dict]) -> pd.DataFrame:
     setting and orders the methods), test mean and std, seeds."""
     rows = []
     for t in tables:
-        if t["protocol"]:
+        if t["protocol"] or t.get("regime", SUPERVISED) != SUPERVISED:
             continue
         ascending = not higher_is_better(t["metric"])
         # per method (a row's first), its setting of best mean validation metric (missing: last)
@@ -35,10 +37,14 @@ def curve_points(tables: list[dict]) -> pd.DataFrame:
             val = pd.Series([t["summaries"][i].val_mean for i in at], index=at, dtype=float)
             i = val.sort_values(ascending=ascending, na_position="last").index[0]
             best = t["summaries"][i]
+            interval = best.interval
             rows.append({"method": method, "budget": t["budget"], "train_seeds": int(best.train_seeds),
-                         "val_mean": best.val_mean, "test_mean": best.test_mean, "test_std": best.test_std, "seeds": int(t["frame"]["seeds"][i]),
+                         "val_mean": best.val_mean, "test_mean": best.test_mean, "test_std": best.test_std,
+                         "test_low": interval.low if interval else float("nan"),
+                         "test_high": interval.high if interval else float("nan"), "seeds": int(t["frame"]["seeds"][i]),
                          "trusted": t["frame"]["verified"][i] in ("yes", "committed")})
-    points = pd.DataFrame(rows, columns=["method", "budget", "train_seeds", "val_mean", "test_mean", "test_std", "seeds", "trusted"])
+    points = pd.DataFrame(rows, columns=["method", "budget", "train_seeds", "val_mean", "test_mean", "test_std",
+                                         "test_low", "test_high", "seeds", "trusted"])
     on = points.groupby("method")["budget"].transform("nunique") if len(points) else pd.Series(dtype=int)
     return points[on >= 2].sort_values(["method", "train_seeds"]).reset_index(drop=True)
 
@@ -70,13 +76,15 @@ def plot_curve(points: pd.DataFrame, title: str, metric: str) -> bytes:
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for method, part in points.groupby("method"):
-        ax.errorbar(part["train_seeds"], part["test_mean"], yerr=part["test_std"].fillna(0), marker="o", capsize=3,
+        reach = [(part["test_mean"] - part["test_low"]).fillna(0).clip(lower=0),
+                 (part["test_high"] - part["test_mean"]).fillna(0).clip(lower=0)]
+        ax.errorbar(part["train_seeds"], part["test_mean"], yerr=reach, marker="o", capsize=3,
                     label=plot_text(method) + ("" if (part["seeds"] > 1).all() else " (some points 1 seed)")
                     + ("" if part["trusted"].all() else " (unverified)"))
     ax.set_xscale("log")
     arrow = "higher is better" if higher_is_better(metric) else "lower is better"
     ax.set_xlabel("training seeds (log)")
-    ax.set_ylabel(f"test {metric} ({arrow}); mean ± std over seeds")
+    ax.set_ylabel(f"test {metric} ({arrow}); mean and 95% interval")
     ax.set_title(title)
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)

@@ -65,6 +65,15 @@ def score(task, test: pd.DataFrame, predictions) -> dict:
     return evaluate(task.spec.metrics, test["label"].to_numpy(), predictions, task.split("train")["label"].to_numpy())
 
 
+def replicates(task, test: pd.DataFrame, predictions) -> dict:
+    """A record's ``test_bootstrap``: the task's board metric on the test set's resamples, the same for every
+    model scored on this test set (``fourdb.metrics.bootstrap_record``)."""
+    from fourdb.metrics import bootstrap_record
+
+    return bootstrap_record(task.spec.metric, test["label"].to_numpy(), predictions, task.spec.spec_hash,
+                            task.split("train")["label"].to_numpy())
+
+
 def prediction_columns(task) -> list[str]:
     return task.spec.task_type.prediction_columns(task.num_classes)
 
@@ -174,7 +183,8 @@ def external_record(path: str | Path, method: str, dataset: str, task: str, seed
     if not method or not method.strip():
         raise RecordError("--method: give the method a name")
     db, t, test = materialize(dataset, task, params)
-    metrics = score(t, test, read_predictions(path, t, test))
+    predictions = read_predictions(path, t, test)
+    metrics = score(t, test, predictions)
     n = int(len(test))
     # a database folder is named by its folder and found again by its absolute path, as a run records it
     folder = Path(dataset).resolve() if dataset not in DATASETS and Path(dataset).is_dir() else None
@@ -184,7 +194,8 @@ def external_record(path: str | Path, method: str, dataset: str, task: str, seed
         dataset=where["name"], task=t.spec.name, task_spec_hash=t.spec.spec_hash,
         database_fingerprint=database_fingerprint(db), task_type=t.spec.task_type, metric=t.spec.metric,
         model=method.strip(), inputs={"external": True}, seed=int(seed),
-        metrics={"test": metrics}, num_seeds={"test": n}, num_seeds_available={"test": n},
+        metrics={"test": metrics}, test_bootstrap=replicates(t, test, predictions),
+        num_seeds={"test": n}, num_seeds_available={"test": n},
         wall_seconds=None, peak_memory_mb=None,
         config={"dataset": {**where, "params": resolved_params(dataset, params)}, "task": task,
                 "model": {"name": method.strip()}, "external": True, "seed": int(seed)},

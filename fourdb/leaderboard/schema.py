@@ -194,6 +194,8 @@ def _check_parts(record: dict, where: str) -> None:
             _metric_values(v, where, f"trivial.{split}.{s}")
     for i, h in enumerate(record.get("history") or []):
         _object(h, where, f"history[{i}]")
+    if "test_bootstrap" in record:
+        _check_bootstrap(record["test_bootstrap"], where)
     certify = record.get("certify")
     if certify is not None:
         if not of_type(certify.get("passed"), BOOL):
@@ -218,6 +220,28 @@ def _check_parts(record: dict, where: str) -> None:
         if record.get(name) is not None:
             _plain(record[name], where, name)
     _check_config(record, where)
+
+
+def _check_bootstrap(value, where: str) -> None:
+    """``test_bootstrap``: a metric fourdb computes, the resampling seed, and at most
+    ``MAX_BOOTSTRAP_REPLICATES`` replicates, each a finite number or null (undefined on its resample)."""
+    from fourdb.metrics import MAX_BOOTSTRAP_REPLICATES, METRICS
+
+    _object(value, where, "test_bootstrap")
+    extra = sorted(set(value) - {"metric", "seed", "replicates"})
+    if extra:
+        _fail(where, "test_bootstrap", f"has unknown key {safe_text(repr(extra[0]), 40)} (metric, seed, replicates)")
+    if not isinstance(value.get("metric"), str) or value["metric"] not in METRICS:
+        _fail(where, "test_bootstrap.metric", f"must be a metric fourdb computes, got "
+              f"{safe_text(repr(value.get('metric')), 40)}")
+    seed = value.get("seed")
+    if not of_type(seed, INT) or not 0 <= seed < 2**63:
+        _fail(where, "test_bootstrap.seed", f"must be a non-negative integer, got {safe_text(repr(seed), 40)}")
+    replicates = value.get("replicates")
+    if not isinstance(replicates, list) or len(replicates) > MAX_BOOTSTRAP_REPLICATES:
+        _fail(where, "test_bootstrap.replicates", f"must be a list of at most {MAX_BOOTSTRAP_REPLICATES} numbers")
+    for i, v in enumerate(replicates):
+        _number(v, where, f"test_bootstrap.replicates[{i}]", null=True)
 
 
 def _check_config(record: dict, where: str) -> None:

@@ -6,7 +6,9 @@ At submit, a run folder's record is checked against the folder itself:
   then carries;
 * the test metrics are recomputed from that file against the task's own test labels, materialized as for an
   external submission (``fourdb.leaderboard.external.materialize``), and must match the record's within
-  ``REL_TOLERANCE``; a mismatch is refused;
+  ``REL_TOLERANCE``; a mismatch is refused; so are the bootstrap replicates of the board's metric
+  (``test_bootstrap``), which a record without them gains; a record with nothing to recompute them from keeps
+  none;
 * ``certify: passed`` counts only where certify's own log line (``certify: passed (N cutoff groups x ..., M
   predictions compared)``, in the run's ``*.log``) is in the folder and states the record's checks.
 
@@ -35,6 +37,7 @@ from fourdb.leaderboard.schema import RecordError
 from fourdb.leaderboard.stamp import STAMP, sealed, stamp
 from fourdb.untrusted import plain_file_name, reading, safe_text
 
+BOOTSTRAP = "test_bootstrap"  # a record's replicates of its test metric (fourdb.metrics.bootstrap_record)
 STATUS = "_verified"    # in memory only (as shown): VERIFIED, COMMITTED or UNVERIFIED
 VERIFIED, COMMITTED, UNVERIFIED = "yes", "committed", "no"
 REL_TOLERANCE = 1e-5    # float32 predictions summed in another order differ in the 7th digit
@@ -113,27 +116,32 @@ def check_run(record: dict, where: str, folder: str | Path | None) -> dict:
     where it already carries this machine's seal (an external CSV fourdb scored); otherwise without a stamp
     (unverified). A predictions file that does not reproduce the record's metrics is refused."""
     if folder is None or "predictions" not in record:
-        return record if sealed(record) else {k: v for k, v in record.items() if k != STAMP}
+        if sealed(record):
+            return record
+        # nothing to recompute from: its claims stay unchecked, and replicates it claims are not kept at all
+        return {k: v for k, v in record.items() if k not in (STAMP, BOOTSTRAP)}
     record = {k: v for k, v in record.items() if k != STAMP}
     path = run_file(folder, record["predictions"], where)
     with reading(path):
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
     if record.get("predictions_sha256", digest) != digest:
         raise RecordError(f"{where}: predictions_sha256 does not match {path.name} (sha256 {digest}); not accepted")
-    recompute(record, path, where)
-    return stamp({**record, "predictions_sha256": digest}, metrics="recomputed",
+    replicates = recompute(record, path, where)
+    return stamp({**record, "predictions_sha256": digest, BOOTSTRAP: replicates}, metrics="recomputed",
                  certify=certify_logged(folder, record.get("certify")))
 
 
-def recompute(record: dict, path: Path, where: str) -> None:
+def recompute(record: dict, path: Path, where: str) -> dict:
     """Score the predictions file against the task's test labels; refuse the record unless every test metric
-    it states is what the file gives."""
-    from fourdb.leaderboard.external import materialize, score
+    it states, and its bootstrap replicates if it states them, are what the file gives. Returns the replicates
+    the file gives (a record without them gains them)."""
+    from fourdb.leaderboard.external import materialize, replicates, score
     from fourdb.leaderboard.schema import task_source
 
     params = ((record.get("config") or {}).get("dataset") or {}).get("params") or {}
     db, task, test = materialize(task_source(record)[0], record["task"], params)
-    got = score(task, test, run_predictions(path, db, task, test, where))
+    predictions = run_predictions(path, db, task, test, where)
+    got = score(task, test, predictions)
     for name, claimed in record["metrics"]["test"].items():
         if name not in got:
             raise RecordError(f"{where}: metrics.test.{name} is not a metric of task {record['task']} "
@@ -141,6 +149,26 @@ def recompute(record: dict, path: Path, where: str) -> None:
         if not _same(claimed, got[name]):
             raise RecordError(f"{where}: metrics.test.{name} is {claimed}, but {path.name} scores {got[name]:.6g} "
                               f"against the task's test labels; not accepted")
+    recomputed = replicates(task, test, predictions)
+    claimed = record.get(BOOTSTRAP)
+    if claimed is not None:
+        _same_replicates(claimed, recomputed, f"{where}: {BOOTSTRAP}", path.name)
+    return recomputed
+
+
+def _same_replicates(claimed: dict, got: dict, where: str, name: str) -> None:
+    """Refuse claimed bootstrap replicates other than those ``got`` from the predictions file (metric, seed,
+    count, and each value within the metrics' tolerance)."""
+    for key in ("metric", "seed"):
+        if claimed.get(key) != got[key]:
+            raise RecordError(f"{where}.{key} is {safe_text(repr(claimed.get(key)), 40)}, but the test set's is "
+                              f"{got[key]!r}; not accepted")
+    if len(claimed["replicates"]) != len(got["replicates"]):
+        raise RecordError(f"{where} holds {len(claimed['replicates'])} replicates, but {len(got['replicates'])} are "
+                          f"made; not accepted")
+    for i, (a, b) in enumerate(zip(claimed["replicates"], got["replicates"])):
+        if not _same(a, float("nan") if b is None else b):
+            raise RecordError(f"{where}.replicates[{i}] is {a}, but {name} gives {b}; not accepted")
 
 
 def _same(claimed, got: float) -> bool:

@@ -1,4 +1,6 @@
-"""Aggregate leaderboard records into boards: mean +- std over seeds, ranks, average ranks, plots.
+"""Aggregate leaderboard records into boards: mean +- std over seeds with the test mean's 95% interval, ranks, ties
+with the leader and marks (``render.uncertainty``, ``leaderboard.marks``; ``UNCERTAINTY_NOTE`` says how), average
+ranks with an interval, plots.
 
 A board row is one *setting*: a model with its inputs and config (``config_hash``), its seeds
 aggregated. Rows are compared only within one *protocol* (the same dataset parameters, e.g. the
@@ -31,7 +33,9 @@ import pandas as pd
 
 from fourdb.errors import FourdbError
 from fourdb.leaderboard.curves import plot_text
+from fourdb.leaderboard.marks import CUT_SHORT
 from fourdb.leaderboard.render.aggregation import BOARDS, aggregate, average_ranks, heading
+from fourdb.leaderboard.render.uncertainty import SEEDS_ONLY_MARK
 from fourdb.leaderboard.render.plots import plot_ranks, plot_table, slug, write_plot
 from fourdb.leaderboard.store import leaderboard_roots, load_all, root_label
 from fourdb.metrics import higher_is_better
@@ -57,6 +61,21 @@ VERIFIED_NOTE = ("`verified` says whose numbers a row shows: `yes`, fourdb recom
                  "folders are not kept, so not recomputed; `no`, the record's own claim, not checked. `certify` says "
                  "`passed` only where certify's own log in the run folder was checked (or the row is committed); "
                  "a claim of passing without it shows as `unverified`.")
+UNCERTAINTY_NOTE = ("Which differences are real: `[low, high]` after a test mean ± std is the 95% interval of the row's "
+                    "test mean, a two-level bootstrap: each of 200 replicates draws the row's seeds with replacement, "
+                    "takes each drawn seed's test metric on one resample of the test rows (the same resamples for every "
+                    "model on the task: paired) and averages; the interval is the 2.5th to 97.5th percentile. "
+                    f"`{SEEDS_ONLY_MARK}` marks an interval over seeds only, where a seed carries no test-row replicates "
+                    "(records made before fourdb stored them, as every committed record, or records it could not "
+                    "recompute); a row of one seed without them has none. `tied`: `leader` is the row validation ranks "
+                    "first, `tied` a row whose test interval overlaps the leader's (test does not tell the two apart), "
+                    "`-` where either has no interval. `marks`: `N of 3 seeds` for a row with fewer seeds than the "
+                    f"boards' standard of 3, `{CUT_SHORT}` for a row with a seed whose training ran every epoch allowed and "
+                    "was still improving on validation at the last. In the average ranks, `test rank [95% interval]` is "
+                    "a method's average rank with its chosen rows ranked by test mean, and its interval over the same "
+                    "replicates (each draws every row's mean as its interval does); it reports, validation's average "
+                    "rank orders. A regime is its own board and its own average rank: models that learn in context (no "
+                    "gradient step on the database; `; in-context` in the heading) are never ranked with trained ones.")
 CELL_LIMIT = 10_000  # a table cell may list many names (a method's ranks on every task)
 
 DUCKDB_SQL = ("SELECT dataset, task, model, avg(metrics.test.auroc) AS auroc "
@@ -77,7 +96,8 @@ def markdown_table(frame: pd.DataFrame) -> str:
 def _note(t: dict, text=markdown_text) -> str:
     arrow = "higher is better" if higher_is_better(t["metric"]) else "lower is better"
     note = (f"{t['task_type']}; ranked by mean validation {t['metric']} ({arrow}), test reported beside it; "
-            f"mean ± sample std over seeds; "
+            f"mean ± sample std over seeds, [95% interval] of the test mean over seeds and test rows "
+            f"({SEEDS_ONLY_MARK}: over seeds only); `tied`: the test interval overlaps the leader's (rank 1); "
             f"task spec hash `{t['spec_hash']}`")
     if t.get("floor"):
         note += (f"; floor: the best trivial baseline, {text(t['floor'][0])}, at {t['floor'][1]:.4f}: a model that does "
@@ -145,6 +165,7 @@ def render(root=None) -> Path:
         "`fourdb leaderboard submit RUN_DIR...` (see the project README).", "",
         *textwrap.wrap(SELECTION_RULE, 110), "",
         *textwrap.wrap(VERIFIED_NOTE, 110), "",
+        *textwrap.wrap(UNCERTAINTY_NOTE, 110), "",
         RANK_RULE, "",
     ]
     if len(roots) > 1:
@@ -160,8 +181,8 @@ def render(root=None) -> Path:
                   over + (f" Left out: {_names(ranking.left_out)}." if ranking.left_out else ""), ""]
         if len(ranking.frame):
             lines += [markdown_table(ranking.frame), ""]
-            name = write_plot(plots, f"{board}_average_rank__{slug(budget)}.png", plot_ranks(board, budget, ranking.frame),
-                         written)
+            name = write_plot(plots, f"{board}_average_rank__{slug(budget)}.png",
+                              plot_ranks(board, budget, ranking.frame, ranking.test_ranks), written)
             lines += [f"![{board} average rank](plots/{name})", ""]
         elif ranking.tasks:
             lines += ["No method ran all of them.", ""]
@@ -203,7 +224,7 @@ def curves_section(tables: list[dict], plots: Path, written: set) -> list[str]:
         return []
     lines = ["## Learning curves", "",
              "Each method (its best setting by validation) on every budget it ran, at the training seeds it used: "
-             "test mean ± std over seeds. Where two methods swap places between two budgets that both ran them, "
+             "test mean over seeds with its 95% interval. Where two methods swap places between two budgets that both ran them, "
              "the order is listed per budget (best first by validation). A task whose training split is no larger than a budget's "
              "cap has no run of its own on that budget: its full-data run is that point.", ""]
     for family in BOARDS:

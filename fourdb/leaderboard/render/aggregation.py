@@ -1,5 +1,6 @@
-"""Board tables from records: a row per setting (its cells and a ``RowSummary``), ranked per protocol and
-training budget, and the average ranks of a board family (the rule is in ``fourdb.leaderboard.render``)."""
+"""Board tables from records: a row per setting (its cells and a ``RowSummary``), ranked per protocol, training
+budget and regime (supervised or in-context, never ranked together), and the average ranks of a board family (the
+rule is in ``fourdb.leaderboard.render``); each row's test interval and marks (``render.uncertainty``, ``marks``)."""
 from __future__ import annotations
 
 import math
@@ -11,9 +12,19 @@ import pandas as pd
 
 from fourdb.errors import FourdbError
 from fourdb.experiment.inputs import board_name
+from fourdb.contracts import SUPERVISED
+from fourdb.leaderboard.marks import CUT_SHORT, cut_short, fewer_seeds, regime
+from fourdb.leaderboard.render.uncertainty import (
+    Interval,
+    interval_text,
+    rank_interval_text,
+    rank_intervals,
+    row_interval,
+    tie_cells,
+)
 from fourdb.leaderboard.schema import budget_label, protocol_label, same_splits, setting
 from fourdb.leaderboard.store import ROOT_FIELD, graph_names, record_spec
-from fourdb.leaderboard.verify import COMMITTED, VERIFIED, certify_verdict, status
+from fourdb.leaderboard.verify import BOOTSTRAP, COMMITTED, VERIFIED, certify_verdict, status
 from fourdb.metrics import higher_is_better
 from fourdb.tasks.types import TaskType
 from fourdb.untrusted import markdown_text
@@ -137,6 +148,7 @@ class RowSummary:
     dirty: bool  # made with uncommitted code changes
     seeds: list[int]
     train_seeds: int
+    interval: Interval | None = None  # the 95% interval of the test mean (None: one seed, no replicates)
 
 
 def aggregate(records: list[dict]) -> list[dict]:
@@ -155,27 +167,27 @@ def aggregate(records: list[dict]) -> list[dict]:
     roots = any(ROOT_FIELD in r for r in records)
     groups: dict[tuple, list[dict]] = {}
     for r in shown:
-        key = (protocol_label(r), budget_label(r), r.get(ROOT_FIELD, ""), r["model"], inputs_label(r["inputs"]),
-               r["config_hash"])
+        # a regime is a table of its own: a model that learns in context is never ranked beside trained ones
+        key = (protocol_label(r), budget_label(r), regime(r), r.get(ROOT_FIELD, ""), r["model"],
+               inputs_label(r["inputs"]), r["config_hash"])
         groups.setdefault(key, []).append(r)
-    tables: dict[tuple[str, str], list[tuple[dict, RowSummary]]] = {}
-    shown_records: dict[tuple[str, str], list[dict]] = {}
+    tables: dict[tuple[str, str, str], list[tuple[dict, RowSummary]]] = {}
+    shown_records: dict[tuple[str, str, str], list[dict]] = {}
     metric = first["metric"]
     others: dict[str, None] = {}  # the task's other metrics, in order
-    for (protocol, budget, root, model, inputs, chash), rs in groups.items():
+    for (protocol, budget, way, root, model, inputs, chash), rs in groups.items():
         rs = sorted(rs, key=lambda r: r["seed"])
-        shown_records.setdefault((protocol, budget), []).extend(rs)
-        tables.setdefault((protocol, budget), []).append(_row(rs, metric, others, root, model, inputs, chash))
+        shown_records.setdefault((protocol, budget, way), []).extend(rs)
+        tables.setdefault((protocol, budget, way), []).append(_row(rs, metric, others, root, model, inputs, chash))
     out = []
-    for protocol, budget in sorted(tables, key=lambda k: (k[0] != "", k[0], budget_order(shown_records[k][0]))):
-        rows, summaries = zip(*tables[(protocol, budget)])
-        frame, summaries, floor = _board_frame(list(rows), list(summaries), shown_records[(protocol, budget)],
-                                               metric, others, roots)
+    for key in sorted(tables, key=lambda k: (k[0] != "", k[0], budget_order(shown_records[k][0]),
+                                             k[2] != SUPERVISED, k[2])):
+        rows, summaries = zip(*tables[key])
+        frame, summaries, floor = _board_frame(list(rows), list(summaries), shown_records[key], metric, others, roots)
         out.append({"dataset": first["dataset"], "task": first["task"], "task_type": first["task_type"],
-                    "metric": metric, "protocol": protocol, "budget": budget, "spec_hash": _spec_hash(first),
-                    "stale": len(records) - len(shown), "sanity": _is_sanity(first),
-                    "records": shown_records[(protocol, budget)], "frame": frame, "summaries": summaries,
-                    "floor": floor})
+                    "metric": metric, "protocol": key[0], "budget": key[1], "regime": key[2],
+                    "spec_hash": _spec_hash(first), "stale": len(records) - len(shown), "sanity": _is_sanity(first),
+                    "records": shown_records[key], "frame": frame, "summaries": summaries, "floor": floor})
     return out
 
 
@@ -200,8 +212,11 @@ def _row(rs: list[dict], metric: str, others: dict[str, None], root: str, model:
     dirty = any(r.get("git_dirty") is True for r in rs)
     test_mean, test_std = _mean_std(r["metrics"]["test"].get(metric) for r in rs)
     val_mean, val_std = _mean_std((r["metrics"].get("val") or {}).get(metric) for r in rs)
+    interval = seeds_interval(rs, metric)
     row = {"model": model + ("*" if dirty else ""), "inputs": inputs, "root": root, "seeds": len(rs),
-           f"test {metric}": fmt_mean_std(test_mean, test_std), f"val {metric}": fmt_mean_std(val_mean, val_std)}
+           f"test {metric}": fmt_mean_std(test_mean, test_std) + interval_text(interval),
+           f"val {metric}": fmt_mean_std(val_mean, val_std),
+           "marks": "; ".join(m for m in (fewer_seeds(len(rs)), CUT_SHORT if any(map(cut_short, rs)) else "") if m)}
     for m in metric_names:
         if m != metric:
             others.setdefault(m, None)
@@ -222,8 +237,15 @@ def _row(rs: list[dict], metric: str, others: dict[str, None], root: str, model:
     summary = RowSummary(test_mean, test_std, val_mean, val_std, [r["metrics"]["test"].get(metric) for r in rs],
                          [f"{model} ({k})" + (f" [{root}]" if root else "") for k in kinds], (model, inputs, root),
                          root, _flat(setting(rs[0])), dirty, [r["seed"] for r in rs],
-                         rs[0]["num_seeds"].get("train") or 0)
+                         rs[0]["num_seeds"].get("train") or 0, interval)
     return row, summary
+
+
+def seeds_interval(rs: list[dict], metric: str) -> Interval | None:
+    """The 95% interval of a row's test mean over its seeds' records ``rs``: a record's replicates count where its
+    numbers are fourdb's own (recomputed at submit, or the committed boards'), as its test metric is shown."""
+    boots = [r.get(BOOTSTRAP) if trusted(status(r)) else None for r in rs]
+    return row_interval([r["metrics"]["test"].get(metric) for r in rs], boots, metric)
 
 
 def _board_frame(rows: list[dict], summaries: list[RowSummary], records: list[dict], metric: str,
@@ -255,11 +277,13 @@ def _board_frame(rows: list[dict], summaries: list[RowSummary], records: list[di
     frame["rank"] = [UNRANKED if math.isnan(r) else int(r) for r in frame["rank"]]
     summaries = [summaries[i] for i in frame.index]
     frame = frame.reset_index(drop=True)
+    # the leader is the row validation ranks first; test intervals say which rows it does not clearly beat
+    frame["tied"] = tie_cells([s.interval for s in summaries], 0 if len(frame) and frame["rank"][0] == 1 else None)
     extra = [f"test {m}" for m in others if f"test {m}" in frame.columns]
     order = ["rank", "model", "inputs", *(["root"] if roots else []),
-             *(["setting"] if frame["setting"].any() else []), "seeds", f"test {metric}", f"val {metric}", *extra,
-             *(["floor"] if frame["floor"].any() else []), "epochs", "time (s)", "train rows", "test rows",
-             "verified", "certify", "commit", "config"]
+             *(["setting"] if frame["setting"].any() else []), "seeds", f"test {metric}", "tied", f"val {metric}",
+             *extra, *(["floor"] if frame["floor"].any() else []), *(["marks"] if frame["marks"].any() else []),
+             "epochs", "time (s)", "train rows", "test rows", "verified", "certify", "commit", "config"]
     return frame[order], summaries, floor
 
 
@@ -321,6 +345,8 @@ class Ranking:
     frame: pd.DataFrame  # ranked methods: method, average rank, ranks (per task)
     unranked: dict[str, list[str]] = field(default_factory=dict)  # method -> the tasks it ran
     left_out: list[str] = field(default_factory=list)  # sanity tasks and tables on other dataset parameters
+    # method as shown -> (average rank by test means, its 95% interval), which plots draw
+    test_ranks: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
     def unranked_lines(self) -> list[str]:
         m = len(self.tasks)
@@ -339,9 +365,9 @@ def average_ranks(tables: list[dict]) -> dict[tuple[str, str], Ranking]:
     the tasks all ranked methods ran. Runs of another budget are another ranking, never averaged in."""
     out = {}
     by_budget = sorted(tables, key=lambda t: budget_order(t["records"][0]))
-    for board, budget in dict.fromkeys((b, t["budget"]) for b in BOARDS for t in by_budget
+    for board, budget in dict.fromkeys((b, ranked_budget(t)) for b in BOARDS for t in by_budget
                                        if TaskType(t["task_type"]).family == b):
-        family = [t for t in tables if TaskType(t["task_type"]).family == board and t["budget"] == budget]
+        family = [t for t in tables if TaskType(t["task_type"]).family == board and ranked_budget(t) == budget]
         counted = [t for t in family if not t.get("sanity") and not t["protocol"]]
         left_out = [table_name(t) + (" (sanity task)" if t.get("sanity") else "") for t in family
                     if t.get("sanity") or t["protocol"]]
@@ -354,16 +380,29 @@ def average_ranks(tables: list[dict]) -> dict[tuple[str, str], Ranking]:
             values = pd.Series([best[m][name].val_mean for m in ranked], index=ranked, dtype=float)
             for m, r in values.rank(ascending=not higher_is_better(t["metric"]), method="min").items():
                 ranks[m][name] = int(r)
+        on_test = _test_ranks(counted, best, ranked)
         rows = [{"method": m + ("*" if any(c.dirty for c in best[m].values()) else ""),
                  "average rank": float(np.mean(list(ranks[m].values()))),
+                 "test rank [95% interval]": rank_interval_text(on_test.get(m)),
                  "ranks": ", ".join(f"{k}: {v}" for k, v in sorted(ranks[m].items())),
                  "verified": _rank_verified([c.verified for c in best[m].values()])} for m in ranked]
-        frame = pd.DataFrame(rows, columns=["method", "average rank", "ranks", "verified"])
+        frame = pd.DataFrame(rows, columns=["method", "average rank", "test rank [95% interval]", "ranks", "verified"])
         frame = frame.sort_values(["average rank", "method"]).reset_index(drop=True)
         frame["average rank"] = frame["average rank"].map(lambda x: f"{x:.2f}")
         unranked = {m: sorted(done) for m, done in best.items() if m not in ranks}
-        out[(board, budget)] = Ranking(tasks, frame, unranked, left_out)
+        test_ranks = {row["method"]: on_test[m] for row, m in zip(rows, ranked) if m in on_test}
+        out[(board, budget)] = Ranking(tasks, frame, unranked, left_out, test_ranks)
     return out
+
+def _test_ranks(tables: list[dict], best: dict, methods: list[str]) -> dict[str, tuple[float, float, float]]:
+    """Per method, its average rank by its chosen rows' test means over ``tables``, and that rank's 95% interval
+    (``uncertainty.rank_intervals``): how firm the order is on test, beside the validation rank."""
+    if not methods:
+        return {}
+    chosen = [(t["metric"], {m: (best[m][table_name(t)].test_mean, best[m][table_name(t)].interval) for m in methods})
+              for t in tables]
+    return rank_intervals(chosen)
+
 
 @dataclass
 class Chosen:
@@ -372,6 +411,8 @@ class Chosen:
     val_mean: float
     dirty: bool  # made from uncommitted code
     verified: str  # its verified cell
+    test_mean: float = math.nan  # reported beside the rank, never choosing: the test rank's interval
+    interval: Interval | None = None
 
 
 def best_settings(tables: list[dict]) -> dict[str, dict[str, Chosen]]:
@@ -385,7 +426,8 @@ def best_settings(tables: list[dict]) -> dict[str, dict[str, Chosen]]:
             for method in summary.methods:
                 have = best.setdefault(method, {}).get(table_name(t))
                 if have is None or val_better(summary.val_mean, have.val_mean, t["metric"]):
-                    best[method][table_name(t)] = Chosen(summary.val_mean, summary.dirty, verified)
+                    best[method][table_name(t)] = Chosen(summary.val_mean, summary.dirty, verified,
+                                                         summary.test_mean, summary.interval)
     return best
 
 
@@ -400,4 +442,11 @@ def _rank_verified(cells: list[str]) -> str:
 def heading(t: dict, text=markdown_text) -> str:
     """The board's title, each name through ``text`` (markdown_text, safe_text or plot_text, as shown)."""
     return (f"{text(t['dataset'])} / {text(t['task'])}" + (f" [{text(t['protocol'])}]" if t["protocol"] else "")
-            + f" ({t['budget']})")
+            + f" ({ranked_budget(t)})")
+
+
+def ranked_budget(t: dict) -> str:
+    """A table's budget as its board's heading and its average ranks name it: the regime beside it, unless
+    supervised (so in-context tables are averaged among themselves only)."""
+    way = t.get("regime", SUPERVISED)
+    return t["budget"] if way == SUPERVISED else f"{t['budget']}; {way}"

@@ -1,5 +1,6 @@
-"""A board's plots: each table's settings as bars (test mean, std, each seed) in the board's validation
-order, a family's average ranks, written once per name under the boards' plots folder."""
+"""A board's plots: each table's settings as bars (test mean, its 95% interval, each seed) in the board's
+validation order, a family's average ranks (with the test rank's interval), written once per name under the boards'
+plots folder."""
 from __future__ import annotations
 
 import io
@@ -11,6 +12,7 @@ import pandas as pd
 
 from fourdb.leaderboard.curves import plot_text
 from fourdb.leaderboard.render.aggregation import heading, trusted
+from fourdb.leaderboard.render.uncertainty import SEEDS_ONLY
 from fourdb.metrics import higher_is_better
 from fourdb.untrusted import inside_output, plain_file_name
 from fourdb.utils import atomic_write_bytes
@@ -52,15 +54,20 @@ def plot_table(t: dict) -> bytes:
               for lab, c in zip(labels, frame["config"])]
     fig, ax = plt.subplots(figsize=(8, 0.8 + 0.6 * len(frame)))
     y = np.arange(len(frame))
-    ax.barh(y, [s.test_mean for s in summaries], xerr=np.nan_to_num([s.test_std for s in summaries]), color="#4c72b0",
-            alpha=0.8, capsize=3)
+    means = np.array([s.test_mean for s in summaries], dtype=float)
+    # the 95% interval, not the std, is what tells rows apart; a row without one (one seed) has no line
+    reach = np.array([[m - s.interval.low, s.interval.high - m] if s.interval else [0, 0]
+                      for m, s in zip(means, summaries)], dtype=float).T
+    ax.barh(y, means, xerr=np.nan_to_num(reach.clip(min=0)), color="#4c72b0", alpha=0.8, capsize=3)
     for yi, values in zip(y, (s.test_values for s in summaries)):
         v = [x for x in values if x is not None]
         ax.scatter(v, [yi] * len(v), color="black", s=10, zorder=3)
     ax.set_yticks(y, labels, fontsize=8)
     arrow = "higher is better" if higher_is_better(t["metric"]) else "lower is better"
     # the rows keep the board's order, which validation chose: the bars report test, they do not rank
-    ax.set_xlabel(f"test {t['metric']} ({arrow}); bar: mean, line: ± std, dots: seeds; ordered by validation")
+    seeds_only = any(s.interval and s.interval.kind == SEEDS_ONLY for s in summaries)
+    ax.set_xlabel(f"test {t['metric']} ({arrow}); bar: mean, line: 95% interval"
+                  + (" (some over seeds only)" if seeds_only else "") + ", dots: seeds; ordered by validation")
     ax.set_title(heading(t, plot_text))
     if t["metric"] in ("auroc", "accuracy", "macro_f1", "average_precision"):
         lo = np.nanmin([x for s in summaries for x in s.test_values if x is not None] + [0.5])
@@ -70,7 +77,9 @@ def plot_table(t: dict) -> bytes:
     return data
 
 
-def plot_ranks(board: str, budget: str, frame: pd.DataFrame) -> bytes:
+def plot_ranks(board: str, budget: str, frame: pd.DataFrame, test_ranks: dict | None = None) -> bytes:
+    """Bars: each method's average rank (validation's); where given, ``test_ranks`` (method -> average rank by
+    test means, its 95% interval) as a point with its interval."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -78,7 +87,14 @@ def plot_ranks(board: str, budget: str, frame: pd.DataFrame) -> bytes:
 
     frame = frame.iloc[::-1]
     fig, ax = plt.subplots(figsize=(8, 0.8 + 0.6 * len(frame)))
-    ax.barh(np.arange(len(frame)), frame["average rank"].astype(float), color="#55a868")
+    ax.barh(np.arange(len(frame)), frame["average rank"].astype(float), color="#55a868", label="average rank")
+    on_test = [(i, test_ranks[m]) for i, m in enumerate(frame["method"]) if m in (test_ranks or {})]
+    if on_test:
+        at, ranks = zip(*on_test)
+        mean, low, high = np.array(ranks, dtype=float).T
+        ax.errorbar(mean, at, xerr=[mean - low, high - mean], fmt="o", color="black", capsize=3,
+                    label="test rank, 95% interval")
+        ax.legend(fontsize=7, loc="lower right")
     labels = [plot_text(m) + ("" if trusted(v) else " (unverified)") for m, v in zip(frame["method"], frame["verified"])]
     ax.set_yticks(np.arange(len(frame)), [textwrap.fill(m, 38, subsequent_indent="  ") for m in labels], fontsize=8)
     ax.set_xlabel("average rank over tasks (lower is better)")
