@@ -13,7 +13,9 @@ trivial and history baselines, which have nothing to tune), and each task's head
   trial with the best one (ties: the earlier trial). No test metric is read, printed or stored here;
 - every trial (cell, number, setting, validation metric, seconds, the record's config_hash and commit) is
   appended to leaderboards/tuning/<dataset>/<task>.jsonl, then a `chosen` line once the study is complete; a rerun
-  runs only the trials missing. The records themselves stay off the boards (multirun/tuning/).
+  runs only the trials missing. A trial whose run failed is run again once, on the next pass (the machine or the
+  checkout may be at fault, not the setting), and the study chooses once every trial has a metric or has failed
+  twice. The records themselves stay off the boards (multirun/tuning/).
 
 The cell's board runs then use the chosen setting (3 seeds on the small budget, and the larger budgets' headline
 runs): a new setting on the board, where the defaults' runs stay; where trial 0 wins, the chosen setting is the
@@ -45,6 +47,9 @@ RUNS = ROOT / "multirun" / "tuning"  # the trials' run folders (records, logs): 
 TUNE_TRIALS = 8  # per tuned cell, the same for every model
 TUNE_SEED = 0  # every trial's run seed: trials differ by their setting alone
 STARTUP_TRIALS = 4  # trials (the defaults among them) before TPE models the ones so far
+# a trial whose run fails is run again once, on the next pass: a failure of the machine or of the checkout (a module
+# half-written by someone at work on it) is not the setting's; failing twice, it counts as a trial without a metric
+TRIES = 2
 
 
 def model_of(cell: str) -> str:
@@ -159,18 +164,29 @@ def append_line(experiment: str, line: dict) -> None:
 
 
 def study_trials(lines: list[dict], cell: str, space: dict, budget: dict) -> list[dict]:
-    """The cell's trials of this space and budget, in trial order."""
-    trials = {t["trial"]: t for t in lines if t.get("kind") == "trial" and t["cell"] == cell
-              and t["space"] == space and t["budget"] == budget}
-    return [trials[n] for n in sorted(trials)]
+    """The cell's trials of this space and budget, in trial order: a trial run again, its last line, with
+    ``tries``, how many lines it has."""
+    trials, tries = {}, {}
+    for t in lines:
+        if t.get("kind") == "trial" and t["cell"] == cell and t["space"] == space and t["budget"] == budget:
+            trials[t["trial"]], tries[t["trial"]] = t, tries.get(t["trial"], 0) + 1
+    return [{**trials[n], "tries": tries[n]} for n in sorted(trials)]
+
+
+def unsettled(trials: list[dict]) -> list[dict]:
+    """The trials that failed and are to be run again (fewer than TRIES tries)."""
+    return [t for t in trials if t["val"] is None and t["tries"] < TRIES]
 
 
 def chosen_line(experiment: str, cell: str) -> dict | None:
-    """The cell's last choice of a complete study of its model's space today (None: not tuned)."""
+    """The cell's last choice of a complete study of its model's space today (None: not tuned, or a trial was run
+    again since: the study chooses anew once it is settled)."""
     space = space_of(cell)
-    lines = [line for line in read_lines(experiment)
-             if line.get("kind") == "chosen" and line["cell"] == cell and line["space"] == space]
-    return lines[-1] if lines else None
+    chosen = None
+    for line in read_lines(experiment):
+        if line.get("cell") == cell and line.get("space") == space:
+            chosen = line if line.get("kind") == "chosen" else None
+    return chosen
 
 
 def chosen_setting(experiment: str, cell: str) -> dict:
@@ -277,34 +293,48 @@ def metric_is_higher(experiment: str) -> bool:
 
 
 def run_study(experiment: str, cell: str, choices: list[str], budget: dict, env: dict, timeout_s: float) -> dict | None:
-    """The cell's missing trials, one at a time, each appended as it ends; then its `chosen` line (returned).
-    None where the space is empty (nothing to tune) or every trial failed."""
+    """The cell's failed trials once more, then its missing ones, one at a time, each appended as it ends; then,
+    every trial settled, its `chosen` line (returned). None where the space is empty (nothing to tune), a trial
+    is to be run again on the next pass, or every trial failed."""
     space = space_of(cell)
     if not space:
         return None
     higher = metric_is_higher(experiment)
     context = {"space": space, "budget": budget, "seed": TUNE_SEED}
-    while len(trials := study_trials(read_lines(experiment), cell, space, budget)) < TUNE_TRIALS:
-        n = len(trials)
-        setting = default_setting(experiment, cell) if n == 0 else next_setting(trials, space, higher, n)
+
+    def run(n: int, setting: dict) -> None:
         line = {**run_trial(experiment, cell, n, setting, choices, budget, env, timeout_s), **context}
         append_line(experiment, line)
         shown = f"validation {line['metric']} {line['val']:.4f}" if line["val"] is not None else line["error"]
         print(f"tune {experiment} {cell} trial {n}/{TUNE_TRIALS}: {shown} ({line['seconds']:.0f} s)", flush=True)
+
+    for t in unsettled(study_trials(read_lines(experiment), cell, space, budget)):  # failed on an earlier pass
+        run(t["trial"], t["setting"])
+    while len(trials := study_trials(read_lines(experiment), cell, space, budget)) < TUNE_TRIALS:
+        n = len(trials)
+        run(n, default_setting(experiment, cell) if n == 0 else next_setting(trials, space, higher, n))
+    if again := unsettled(trials):
+        print(f"tune {experiment} {cell}: trial(s) {', '.join(str(t['trial']) for t in again)} failed; the next "
+              "--tune runs them again before choosing", flush=True)
+        return None
     best = choose(trials[:TUNE_TRIALS], higher)
     if best is None:
         return None
     chosen = {"kind": "chosen", "cell": cell, "trial": best["trial"], "setting": best["setting"],
               "metric": best["metric"], "val": best["val"], "default_val": trials[0]["val"], "trials": TUNE_TRIALS,
-              **context}
+              "failed": sum(t["val"] is None for t in trials), **context}
     if chosen_line(experiment, cell) != chosen:
         append_line(experiment, chosen)
     return chosen
 
 
 def missing_trials(experiment: str, cell: str, budget: dict) -> int:
+    """The runs the cell's study still needs: trials not yet run, and failed ones to run again."""
     space = space_of(cell)
-    return max(0, TUNE_TRIALS - len(study_trials(read_lines(experiment), cell, space, budget))) if space else 0
+    if not space:
+        return 0
+    trials = study_trials(read_lines(experiment), cell, space, budget)
+    return max(0, TUNE_TRIALS - len(trials)) + len(unsettled(trials))
 
 
 def run_studies(studies: list[tuple[str, str]], choices: Callable[[str, str], list[str]], budget: dict, env: dict,
@@ -329,21 +359,23 @@ def tuned_note(experiment: str, cell: str, budget: dict) -> str:
     trials = study_trials(read_lines(experiment), cell, space, budget)
     line = chosen_line(experiment, cell)
     if line is None:
-        return f"not tuned: {len(trials)} of {TUNE_TRIALS} trials (defaults on the board)" if trials else \
+        again = f", {len(unsettled(trials))} failed, to run again" if unsettled(trials) else ""
+        return f"not tuned: {len(trials)} of {TUNE_TRIALS} trials{again} (defaults on the board)" if trials else \
             "not tuned (defaults on the board)"
     setting = ", ".join(setting_overrides(line["setting"])) or "the defaults"
     won = "trial 0, the defaults" if line["trial"] == 0 else f"trial {line['trial']}: {setting}"
-    return (f"tuned, {line['trials']} trials; chosen {won} (validation {line['metric']} {line['val']:.4f}, "
-            f"defaults {line['default_val']:.4f})" if line["default_val"] is not None else
-            f"tuned, {line['trials']} trials; chosen {won} (validation {line['metric']} {line['val']:.4f})")
+    failed = f", {line['failed']} failed twice" if line.get("failed") else ""
+    defaults = f", defaults {line['default_val']:.4f}" if line["default_val"] is not None else ""
+    return (f"tuned, {line['trials']} trials{failed}; chosen {won} (validation {line['metric']} {line['val']:.4f}"
+            f"{defaults})")
 
 
 def matrix_lines(headline: dict[str, list[str]], budget: dict) -> list[str]:
     """MATRIX.md's tuning section: per task, its headline cells and whether each is tuned, with how many trials."""
     rows = [f"| {e} | {c} | {tuned_note(e, c, budget)} |" for e, cells in headline.items() for c in cells]
     return ["", "## tuning", "",
-            f"`produce.py --tune` (leaderboards/tuning.py): each task's headline cells get {TUNE_TRIALS} trials of their "
-            "model's search space (`search:` in conf/model/<name>.yaml) on the small budget, seed 0, trial 0 the "
+            f"`produce.py --tune` (leaderboards/tuning.py): each task's headline cells get {TUNE_TRIALS} trials of "
+            "their model's search space (`search:` in conf/model/<name>.yaml) on the small budget, seed 0, trial 0 the "
             "defaults; the trial of best validation metric is chosen (test is never read), and the cell's board runs "
             "use it. Trials: leaderboards/tuning/<dataset>/<task>.jsonl.", "",
             "| task | cell | tuning |", "|---|---|---|", *rows]

@@ -235,6 +235,34 @@ def test_a_study_stopped_mid_way_resumes_with_the_trials_it_would_have_drawn(tmp
     assert same == whole[5:]
 
 
+@pytest.mark.parametrize("fails", [1, 2])
+def test_a_failed_trial_is_run_again_once_on_the_next_pass(tmp_path, monkeypatch, fails):
+    """A run that fails (the machine, or a checkout half-written by someone at work on it) is recorded without a
+    metric, and the study chooses nothing until the next pass has run it again; failing twice, it counts as a
+    trial without a metric and the study chooses among the others."""
+    calls, tries = [], []
+    ok = fake_run(calls, by_leaves)
+
+    def flaky(args, log, timeout_s, env):
+        if any(a.endswith("/trial_5") for a in args) and len(tries) < fails:
+            tries.append(args)
+            return 2
+        return ok(args, log, timeout_s, env)
+
+    monkeypatch.setattr(tuning, "TUNING", tmp_path / "tuning")
+    monkeypatch.setattr(tuning, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(tuning, "run_command", flaky)
+    again = lambda: tuning.run_study("synthetic-taste", CELL, ["model=gbdt"], BUDGET, {}, 60)  # noqa: E731
+    assert again() is None and tuning.chosen_line("synthetic-taste", CELL) is None
+    assert "1 failed, to run again" in tuning.tuned_note("synthetic-taste", CELL, BUDGET)
+    assert tuning.missing_trials("synthetic-taste", CELL, BUDGET) == 1
+    chosen = again()
+    assert chosen is not None and chosen["failed"] == fails - 1
+    [retried] = [t for t in trial_lines(tmp_path) if t["trial"] == 5][1:]
+    assert (retried["val"] is None) == (fails == 2)
+    assert len(calls) == 8 - (fails == 2) and again() == chosen  # settled: the next pass runs nothing
+
+
 def test_the_chosen_setting_reaches_the_cells_runs_and_only_its_seeds_count(tmp_path, monkeypatch):
     """The board holds seeds 0-2 of the defaults; once tuned, the cell's pass runs all three seeds again with the
     chosen setting's overrides, and its seeds are those of the chosen setting."""
