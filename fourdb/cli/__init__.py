@@ -26,6 +26,22 @@ def _outside_flag(p: argparse.ArgumentParser) -> None:
                         "refused by default, see README 'What fourdb trusts'")
 
 
+def _import_parser(sub) -> None:
+    p = sub.add_parser("import", help="convert a SQLite/DuckDB file, a folder of parquet/CSV files, a 4DBInfer or a "
+                                      "RelBench folder into a database folder")
+    p.add_argument("path")
+    p.add_argument("--out", required=True, help="database folder to write (must not exist, or be empty)")
+    p.add_argument("--name", default=None, help="database name (default: the file or folder name)")
+    p.add_argument("--lenient", action="store_true",
+                   help="make values that break their declared type NULL and drop rows with a null or repeated "
+                        "declared primary key, counted in warnings (default: stop with an error)")
+    p.add_argument("--no-infer-keys", dest="infer_keys", action="store_false",
+                   help="keep only the keys the source declares (default: infer the others from names and values, "
+                        "each with its evidence in the output and in schema.yaml)")
+    _outside_flag(p)
+    p.set_defaults(func=command("convert", "convert"))
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(sys.argv[1:] if argv is None else argv)
@@ -57,15 +73,7 @@ def _main(argv: list[str]) -> int:
                                 "Pareto frontier and draw it (Hydra overrides as for run; --out FILE.png)")
     sub.add_parser("certify", help="run, then check that deleting or scrambling every row after a test cutoff "
                                    "leaves its predictions unchanged (Hydra overrides as for run)")
-    p = sub.add_parser("import", help="convert a SQLite/DuckDB file, a 4DBInfer or a RelBench folder into a database folder")
-    p.add_argument("path")
-    p.add_argument("--out", required=True, help="database folder to write (must not exist, or be empty)")
-    p.add_argument("--name", default=None, help="database name (default: the file or folder name)")
-    p.add_argument("--lenient", action="store_true",
-                   help="make values that break their declared type NULL and drop rows with a null or repeated "
-                        "declared primary key, counted in warnings (default: stop with an error)")
-    _outside_flag(p)
-    p.set_defaults(func=command("convert", "convert"))
+    _import_parser(sub)
     p = sub.add_parser("validate", help="check a database folder (schema.yaml plus data files) and its tasks")
     p.add_argument("folder")
     p.add_argument("--task", action="append", metavar="NAME_OR_FILE",

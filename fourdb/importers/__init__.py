@@ -2,9 +2,10 @@
 
 ``import_database(path, out)`` recognises:
 
-* a SQLite or DuckDB file: every table is exported; primary and foreign keys declared in the catalog
-  are kept, and where none are declared they are inferred (see ``infer_keys``) and marked
-  ``inferred: true`` in schema.yaml; column dtypes are inferred from the SQL types and the values;
+* a SQLite or DuckDB file, or a folder of parquet/CSV files (``files``): every table is exported; primary and
+  foreign keys declared in the catalog are kept, and where none are declared they are inferred from names and
+  values (``keys``, ``keynames``, ``containment``; composite keys are said, ``composite``) and marked
+  ``inferred: true`` in schema.yaml, with their evidence as comments; column dtypes are inferred from the SQL types and the values;
   a table with exactly one datetime column gets it as its time column (a guess, reported). SQLite stores
   any value in any column, so a value that does not fit its declared type (text in a REAL column, an
   unparseable date in a DATETIME one) and a declared primary key with nulls or duplicates are errors;
@@ -49,6 +50,7 @@ import yaml
 from fourdb.errors import DatabaseImportError, FourdbError, UntrustedInputError
 from fourdb.importers.assemble import assemble
 from fourdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
+from fourdb.importers.comments import commented_schema
 from fourdb.importers.dtypes import infer_dtype
 from fourdb.importers.keys import infer_foreign_keys, infer_primary_key
 from fourdb.rdb.database import Database, write_database
@@ -68,13 +70,14 @@ __all__ = ["IMPORTERS", "Format", "ImportReport", "SourceTable", "assemble", "im
 
 
 def import_database(path: str | Path, out: str | Path, name: str | None = None,
-                    lenient: bool = False, allow_outside_paths: bool = False) -> ImportReport:
+                    lenient: bool = False, allow_outside_paths: bool = False, infer_keys: bool = True) -> ImportReport:
     """Convert the database at ``path`` into a fourdb database folder ``out`` (which must not exist or be empty).
 
     ``lenient``: values that do not fit their declared type become NULL and rows with a null or repeated
     declared primary key are dropped (the first of each key kept), counted in the report's warnings,
     where otherwise they are errors. A folder's files, and the files it names, must lie inside it unless
-    ``allow_outside_paths`` (the user's own opt-in).
+    ``allow_outside_paths`` (the user's own opt-in). ``infer_keys=False`` keeps only the keys the source
+    declares (a lone datetime column is still guessed as a table's time).
     """
     spec = str(path)
     path, out = Path(path), Path(out)
@@ -91,7 +94,7 @@ def import_database(path: str | Path, out: str | Path, name: str | None = None,
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".relbench-", dir=out.parent) as staging:
             return import_database(fetch(hub, Path(staging)), out, name or Path(hub.rstrip("/")).name, lenient,
-                                   allow_outside_paths)
+                                   allow_outside_paths, infer_keys)
     offered = sorted(((kind, f) for kind, f in IMPORTERS.items() if f.folder == path.is_dir()),
                      key=lambda entry: (entry[1].order, entry[0]))
     kind, fmt = next(((kind, f) for kind, f in offered if f.detect(path)), (None, None))
@@ -115,12 +118,19 @@ def import_database(path: str | Path, out: str | Path, name: str | None = None,
                                       f"'_', '-', '.'); not allowed")
     try:
         with reading(path, "cannot convert the database"):
-            schema, frames = assemble(name or dname, sources, fmt.infer_keys, report, lenient)
+            schema, frames = assemble(name or dname, sources, fmt.infer_keys and infer_keys, report, lenient,
+                                      guess_time=fmt.infer_keys)
+        if fmt.infer_keys and not infer_keys:
+            report.notes.append("keys not inferred (--no-infer-keys): only those the source declares")
     except DatabaseImportError as e:  # its tables' and columns' errors name them; the file too
         raise DatabaseImportError(f"{path}: {e}" if not str(e).startswith(str(path)) else str(e)) from None
 
     with atomic_output(out, folder=True) as tmp:
         write_database(tmp, schema, frames)
+        if report.evidence:  # why each inferred key and time is what it is, beside it for the user to review
+            atomic_write_text(tmp / "schema.yaml", commented_schema(schema, report.evidence, [
+                f"Imported from {safe_text(path.name)} by fourdb import. Keys and times marked `inferred: true` or",
+                "explained below were inferred from names and values; change any of them here."]))
         db = Database.load(tmp)  # the written folder must be valid, or nothing is kept
         for tname, spec in tasks.items():
             report.tasks[tname] = _check_task(tmp, db, tname, spec, report)
@@ -131,9 +141,11 @@ def import_database(path: str | Path, out: str | Path, name: str | None = None,
 
 def _unrecognised(path: Path, tried: list[Format]) -> str:
     """The error naming every format a path was offered to, in the order they were asked."""
+    if path.is_dir() and (path / "schema.yaml").exists():
+        return f"{path}: already a fourdb database folder (it has a schema.yaml): use it as it is (fourdb validate {path})"
     if path.is_dir():
         formats = " nor ".join(f"a {f.label} {'one' if i else 'folder'} ({f.lacks})" for i, f in enumerate(tried))
-        return f"{path}: not {formats}; a folder of parquet/CSV files needs a schema.yaml instead"
+        return f"{path}: not {formats}"
     return f"{path}: not a {' or '.join(f.label for f in tried)} database file"
 
 

@@ -10,22 +10,32 @@ from fourdb.errors import DatabaseImportError
 from fourdb.importers.base import ImportReport, SourceTable
 from fourdb.importers.declared import check_declared_types, check_primary_key
 from fourdb.importers.dtypes import convert_values, parse_datetimes, infer_dtype
-from fourdb.importers.keys import is_unique_key, missing_references, infer_foreign_keys, infer_primary_key
+from fourdb.importers.composite import infer_composite_keys
+from fourdb.importers.containment import ValueChecks
+from fourdb.importers.keys import infer_foreign_keys, is_unique_key, missing_references, primary_key_candidate
+from fourdb.rdb.datedim import date_dimensions, time_sources
 from fourdb.rdb.schema import Column, Schema, Table
 
 
 def assemble(name: str, sources: list[SourceTable], infer_keys: bool, report: ImportReport,
-             lenient: bool = False) -> tuple[Schema, dict[str, pd.DataFrame]]:
-    """Settle keys (declared, else inferred when ``infer_keys``), dtypes and time columns of the source tables.
+             lenient: bool = False, guess_time: bool | None = None) -> tuple[Schema, dict[str, pd.DataFrame]]:
+    """Settle keys (declared, else inferred when ``infer_keys``), dtypes and time columns (a lone datetime column
+    guessed as the time when ``guess_time``, which defaults to ``infer_keys``) of the source tables.
 
     Values that break their declared type or primary key raise, or with ``lenient`` become NULL or drop
     their rows (reported as warnings).
     """
+    guess_time = infer_keys if guess_time is None else guess_time
     tables = _nonempty_tables(name, sources, report)
     inferred_pk = _settle_primary_keys(tables, infer_keys, lenient, report)
     _resolve_foreign_keys(tables, report)
     if infer_keys:
-        infer_foreign_keys(tables, report)
+        checks = ValueChecks()
+        try:
+            infer_foreign_keys(tables, report, checks)
+            infer_composite_keys(tables, checks, report)
+        finally:
+            checks.close()
 
     schema_tables, frames, dangling = [], {}, []
     used_sources: set[str] = set()
@@ -35,9 +45,9 @@ def assemble(name: str, sources: list[SourceTable], infer_keys: bool, report: Im
             report.notes.append(f"table '{t.name}': no usable columns; skipped")
             continue
         source = _file_name(t.name, used_sources)
-        schema_tables.append(Table(t.name, source, cols, _time_column(t, cols, infer_keys, report)))
+        schema_tables.append(Table(t.name, source, cols, _time_column(t, cols, guess_time, report)))
         frames[t.name] = pd.DataFrame(data).reset_index(drop=True)
-    _inherit_time(schema_tables, report)
+    _inherit_time(schema_tables, frames, report)
     policy = "error"
     if dangling:
         policy = "null"
@@ -83,10 +93,10 @@ def _settle_primary_keys(tables: dict[str, SourceTable], infer_keys: bool, lenie
         check_declared_types(t, lenient, report)
         if t.primary_key is not None:
             check_primary_key(t, lenient, report)
-        if t.primary_key is None and infer_keys:
-            t.primary_key = infer_primary_key(t.name, t.frame)
-            if t.primary_key is not None:
-                inferred_pk.add(t.name)
+        if t.primary_key is None and infer_keys and (found := primary_key_candidate(t.name, t.frame)):
+            t.primary_key = found[0]
+            inferred_pk.add(t.name)
+            report.explain(t.name, found[1])
     return inferred_pk
 
 
@@ -165,14 +175,19 @@ def _time_column(t: SourceTable, cols: list[Column], infer_keys: bool, report: I
     return time_col
 
 
-def _inherit_time(tables: list[Table], report: ImportReport) -> None:
+def _inherit_time(tables: list[Table], frames: dict[str, pd.DataFrame], report: ImportReport) -> None:
     """Give each table left without a time column ``time_from``: its foreign keys to timed tables.
 
     A line item of a dated invoice is known no earlier than its invoice; left timeless it would be
     visible at every cutoff, a leak. Parents are settled first, so a chain (sub-lines -> lines ->
-    invoices) passes the time down.
+    invoices) passes the time down. A table that references a date dimension takes its time from its date
+    keys (and from parents with a time column of their own), not from dimensions dated through the calendar.
     """
-    timed = {t.name for t in tables if t.time_column}
+    own_timed = {t.name for t in tables if t.time_column}
+    date_dims = date_dimensions(tables, frames)
+    for d in sorted(date_dims):
+        report.explain(d, _date_dimension_text(next(t for t in tables if t.name == d), frames[d]))
+    timed = set(own_timed)
     pending = {t.name: t for t in tables if not t.time_column}
     while pending:
         ready = [t for t in pending.values()
@@ -183,16 +198,38 @@ def _inherit_time(tables: list[Table], report: ImportReport) -> None:
                 break
         for t in ready:
             del pending[t.name]
-            fks = [fk for fk in t.foreign_keys if fk.link_table in timed and fk.link_table != t.name]
+            every = [fk for fk in t.foreign_keys if fk.link_table in timed and fk.link_table != t.name]
+            fks = time_sources(every, date_dims, own_timed)
             if not fks:
                 continue
             t.time_from = [fk.name for fk in fks]
             timed.add(t.name)
-            parents = " and ".join(dict.fromkeys(fk.link_table for fk in fks))
-            latest = "latest " if len(fks) > 1 else ""
-            report.notes.append(f"table '{t.name}' has no time column; its rows take the {latest}time of the "
-                                f"{parents} row{'s' if len(fks) > 1 else ''} they reference "
-                                f"(time_from: {', '.join(t.time_from)})")
+            _say_time(t, fks, every, date_dims, frames[t.name], report)
+
+
+def _date_dimension_text(t: Table, frame: pd.DataFrame) -> str:
+    days = frame[t.time_column]
+    return (f"a date dimension: one row per day from {days.min():%Y-%m-%d} to {days.max():%Y-%m-%d} in "
+            f"{t.time_column}, keyed by {t.primary_key}; a table whose keys point here takes its time from the day")
+
+
+def _say_time(t: Table, fks: list[Column], every: list[Column], date_dims: set[str], frame: pd.DataFrame,
+              report: ImportReport) -> None:
+    """The note (and, through a date dimension, the evidence) saying where a table's time comes from, with its
+    rows that get none."""
+    parents = " and ".join(dict.fromkeys(fk.link_table for fk in fks))
+    latest = "latest " if len(fks) > 1 else ""
+    report.notes.append(f"table '{t.name}' has no time column; its rows take the {latest}time of the {parents} "
+                        f"row{'s' if len(fks) > 1 else ''} they reference (time_from: {', '.join(t.time_from)})")
+    if not any(fk.link_table in date_dims for fk in fks):
+        return
+    left = list(dict.fromkeys(fk.link_table for fk in every if fk not in fks))
+    undated = int(frame[[fk.name for fk in fks]].isna().all(axis=1).sum())
+    report.explain(t.name, f"time from {', '.join(f'{fk.name} -> {fk.link_table}' for fk in fks)}"
+                   + (" (the latest)" if len(fks) > 1 else "") + ", through a date dimension"
+                   + (f"; not from {', '.join(left)}, dimensions dated by days of their own" if left else "")
+                   + (f"; {undated:,} of {len(frame):,} rows have no date key, so they are known at every cutoff"
+                      if undated else ""))
 
 
 def _file_name(table: str, used: set[str]) -> str:

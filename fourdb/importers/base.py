@@ -44,6 +44,11 @@ class ImportReport:
     warnings: list[str] = field(default_factory=list)  # what a lenient import dropped or made NULL
     guessed_time: set[str] = field(default_factory=set)
     allow_outside_paths: bool = False  # the user's opt-in: files the source names may lie outside it
+    # table -> why its inferred keys and its time are what they are: listed, and written into schema.yaml as comments
+    evidence: dict[str, list[str]] = field(default_factory=dict)
+
+    def explain(self, table: str, line: str) -> None:
+        self.evidence.setdefault(table, []).append(line)
 
     def format(self) -> str:
         lines = [f"imported {self.source} ({self.kind}) -> {self.out}: {len(self.schema.tables)} tables"]
@@ -62,9 +67,12 @@ class ImportReport:
             lines.append(f"  {t.name}: " + ", ".join(parts))
         for name, counts in self.tasks.items():
             lines.append(f"  task {name}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        if self.evidence:
+            lines.append("  why (also written into schema.yaml as comments):")
+            lines += [f"    {table}: {line}" for table, found in self.evidence.items() for line in found]
         lines += [f"  warning: {w}" for w in self.warnings]
         lines += [f"  note: {n}" for n in self.notes]
-        lines.append(f"review {self.out}/schema.yaml (inferred keys say `inferred: true`; guessed time columns "
+        lines.append(f"review {self.out}/schema.yaml (inferred keys say `inferred: true` and why; guessed time columns "
                      f"and time_from can be changed), then: fourdb validate {self.out}")
         return "\n".join(lines)
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from fourdb.errors import FourdbError, SchemaError
+from fourdb.rdb.datedim import date_dimensions, time_sources
 from fourdb.rdb.files import ParquetSource, read_csv
 from fourdb.rdb.sandbox import SQLSandbox, inside_folder
 from fourdb.rdb.schema import Column, Schema, Table
@@ -372,6 +373,7 @@ def inherit_times(schema: Schema, tables: dict[str, pd.DataFrame]) -> list[str]:
                 raise SchemaError(f"table '{t.name}': time_from names '{fk}', which is not one of its foreign keys "
                                   f"({', '.join(fks) or 'none'})")
     timed = {t.name for t in schema.tables if t.time_column is not None}
+    own_timed, date_dims = set(timed), date_dimensions(schema.tables, tables)
     for t in schema.tables:
         if t.static and any(fk.link_table in timed for fk in t.foreign_keys):
             parents = sorted({fk.link_table for fk in t.foreign_keys if fk.link_table in timed})
@@ -390,6 +392,8 @@ def inherit_times(schema: Schema, tables: dict[str, pd.DataFrame]) -> list[str]:
                 bad = next(fk.name for fk in fks if fk not in sources)
                 raise SchemaError(f"table '{t.name}': time_from '{bad}' points to '{t.column(bad).link_table}', "
                                   f"which has no time (own or inherited)")
+            if t.time_from is None:  # a sale dated through the calendar takes the day, not its customer's time
+                sources = time_sources(sources, date_dims, own_timed)
             if not sources:
                 continue
             times = [_parent_times(schema, tables, fk, tables[t.name][fk.name]) for fk in sources]

@@ -22,8 +22,8 @@ Zipf law, so their next items are learnable too.
     fourdb import warehouse.duckdb --out dbs/warehouse
     write_tasks("dbs/warehouse/tasks")                    # churn and next-items task files
 
-or from a shell: ``python -m fourdb.datasets.warehouse warehouse.duckdb --rows 6000000 --tasks dbs/warehouse/tasks``
-(the tasks folder can be written before the import too, and copied in).
+or from a shell: ``python -m fourdb.datasets.warehouse warehouse.duckdb --rows 6000000``, then after the import
+``python -m fourdb.datasets.warehouse --tasks dbs/warehouse/tasks``.
 """
 from fourdb.datasets.warehouse.generate import write_warehouse
 from fourdb.datasets.warehouse.tasks import TASKS, write_tasks

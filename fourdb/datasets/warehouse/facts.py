@@ -21,6 +21,15 @@ FAVOURITE_SHARE = 0.7  # of a customer's lines, from their favourite category
 DECLINE_DAYS, DECLINE = 90, 0.7  # over their last 90 days a customer's visits thin out by up to 70%
 PROMOTED_SHARE = 0.5
 SAME_SHIP_CUSTOMER = 0.85  # a web or catalog order shipped to the buyer; the rest to someone else
+TICKET_LINES_BACK = 0.6  # of a ticket that comes back, the share of its lines that do
+
+
+@dataclass
+class Return:
+    """When the returned lines came back: the day (from START) and the minute of the day."""
+
+    day: np.ndarray
+    minute: np.ndarray
 
 
 @dataclass
@@ -55,10 +64,6 @@ class Lines:
 
     def __len__(self) -> int:
         return len(self.day)
-
-    def take(self, mask: np.ndarray) -> "Lines":
-        return Lines(self.customer[mask], self.day[mask], self.minute[mask], self.ticket[mask], self.item[mask],
-                     self.quantity[mask], {k: v[mask] for k, v in self.prices.items()})
 
 
 def visits(rng: np.random.Generator, people: Customers, lo: int, hi: int) -> pd.DataFrame:
@@ -169,9 +174,17 @@ def remote_sales(rng: np.random.Generator, people: Customers, sold: Lines, sizes
     })
 
 
-def returned(rng: np.random.Generator, people: Customers, sold: Lines) -> np.ndarray:
-    """Which lines come back: each with its buyer's return rate."""
-    return rng.random(len(sold)) < people.return_rate[sold.customer]
+def returned(rng: np.random.Generator, people: Customers, sold: Lines) -> tuple[np.ndarray, Return]:
+    """Which lines come back, and when: a ticket comes back in one trip (one day and minute, 1 to 60 days after
+    the sale) with some of its lines, so a line's chance is its buyer's return rate."""
+    if not len(sold):
+        return np.zeros(0, bool), Return(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    ticket = sold.ticket - sold.ticket.min()
+    n = int(ticket.max()) + 1
+    comes_back, delay, minute = rng.random(n), rng.integers(1, 61, n), rng.integers(9 * 60, 21 * 60, n)
+    back = (comes_back[ticket] < people.return_rate[sold.customer] / TICKET_LINES_BACK) & (
+        rng.random(len(sold)) < TICKET_LINES_BACK)
+    return back, Return(sold.day[back] + delay[ticket][back], minute[ticket][back])
 
 
 def _return_money(rng: np.random.Generator, sales: pd.DataFrame, p: str, r: str) -> dict:
@@ -182,19 +195,19 @@ def _return_money(rng: np.random.Generator, sales: pd.DataFrame, p: str, r: str)
             f"{r}fee": fee, f"{r}net_loss": (fee + amount * 0.1).round(2)}
 
 
-def store_returns(rng: np.random.Generator, sold: Lines, sales: pd.DataFrame, sizes: Sizes) -> pd.DataFrame:
-    """The store lines that came back (``sales`` already cut to them), 1 to 60 days after their sale."""
+def store_returns(rng: np.random.Generator, back: Return, sales: pd.DataFrame, sizes: Sizes) -> pd.DataFrame:
+    """The store lines that came back (``sales`` already cut to them)."""
     n = len(sales)
     return pd.DataFrame({
-        "sr_returned_date_sk": _dated(rng, sold.day + rng.integers(1, 61, n)),
-        "sr_return_time_sk": _key(rng.integers(9 * 60, 21 * 60, n) * 60), "sr_item_sk": sales["ss_item_sk"],
+        "sr_returned_date_sk": _dated(rng, back.day), "sr_return_time_sk": _key(back.minute * 60),
+        "sr_item_sk": sales["ss_item_sk"],
         **{f"sr_{k}": sales[f"ss_{k}"] for k in ("customer_sk", "cdemo_sk", "hdemo_sk", "addr_sk", "store_sk")},
         "sr_reason_sk": _key(rng.integers(1, sizes.reasons + 1, n)), "sr_ticket_number": sales["ss_ticket_number"],
         **_return_money(rng, sales, "ss_", "sr_"),
     }).reset_index(drop=True)
 
 
-def remote_returns(rng: np.random.Generator, sold: Lines, sales: pd.DataFrame, sizes: Sizes,
+def remote_returns(rng: np.random.Generator, back: Return, sales: pd.DataFrame, sizes: Sizes,
                    web: bool) -> pd.DataFrame:
     """Web or catalog lines that came back: refunded to the buyer, returned by whoever it was shipped to."""
     n, p, r = len(sales), ("ws_" if web else "cs_"), ("wr_" if web else "cr_")
@@ -204,8 +217,8 @@ def remote_returns(rng: np.random.Generator, sold: Lines, sales: pd.DataFrame, s
              {k.replace("cs_", "cr_"): sales[k] for k in ("cs_call_center_sk", "cs_catalog_page_sk", "cs_ship_mode_sk",
                                                           "cs_warehouse_sk")})
     return pd.DataFrame({
-        f"{r}returned_date_sk": _dated(rng, sold.day + rng.integers(5, 61, n)),
-        f"{r}returned_time_sk": _key(rng.integers(0, 24 * 60, n) * 60), f"{r}item_sk": sales[f"{p}item_sk"],
+        f"{r}returned_date_sk": _dated(rng, back.day), f"{r}returned_time_sk": _key(back.minute * 60),
+        f"{r}item_sk": sales[f"{p}item_sk"],
         **party, **where, f"{r}reason_sk": _key(rng.integers(1, sizes.reasons + 1, n)),
         f"{r}order_number": sales[f"{p}order_number"], **_return_money(rng, sales, p, r),
     }).reset_index(drop=True)

@@ -146,12 +146,12 @@ def _facts(sink: _Sink, size: Sizes, items: pd.DataFrame, traits: people.Custome
                 sales = facts.store_sales(rng, traits, sold, size)
             else:
                 sales = facts.remote_sales(rng, traits, sold, size, web=name == "web")
-            back = facts.returned(rng, traits, sold)
+            back, when = facts.returned(rng, traits, sold)
             cut = sales[back].reset_index(drop=True)
             if name == "store":
-                returns = facts.store_returns(rng, sold.take(back), cut, size)
+                returns = facts.store_returns(rng, when, cut, size)
             else:
-                returns = facts.remote_returns(rng, sold.take(back), cut, size, web=name == "web")
+                returns = facts.remote_returns(rng, when, cut, size, web=name == "web")
             sink.write(f"{name}_sales", sales)
             sink.write(f"{name}_returns", returns)
 
