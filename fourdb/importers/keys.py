@@ -44,9 +44,9 @@ def primary_key_candidate(table: str, frame: pd.DataFrame) -> tuple[str, str] | 
     """The column that is the table's key, and why: the best-named of the unique, non-null columns named like
     its key (``id``, then ``<table>_id``, then ``<prefix>_<table>_sk``, ``_key``, ``_id``)."""
     prefix = table_prefix(frame.columns)
-    ranked = sorted((rank, i, col, why) for i, col in enumerate(frame.columns)
-                    if (found := primary_key_rank(col, table, prefix)) is not None for rank, why in [found])
-    for _, _, col, why in ranked:
+    named = {col: found for col in frame.columns if (found := primary_key_rank(col, table, prefix)) is not None}
+    for col in sorted(named, key=lambda c: named[c][0]):  # a stable sort: a tie keeps column order
+        why = named[col][1]
         if is_unique_key(frame[col]):
             return col, f"primary key {col}: {why}; unique and never null in {len(frame):,} rows"
     return None
