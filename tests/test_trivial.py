@@ -90,6 +90,37 @@ def test_a_model_that_does_not_beat_the_floor_is_warned_about(caplog):
         assert caplog.text == ""
 
 
+# -- recommendation's floor: the history baselines ---------------------------------------------------------
+
+REC = ["dataset=browsing", "dataset.params.size=150", "task=next-views", "trainer.progress=false",
+       "max_train_seeds=600", "max_val_seeds=300"]
+
+
+def test_a_recommendation_run_records_popularity_and_repeat_as_its_floor(tmp_path, caplog):
+    """A ranker's record holds the history baselines scored on its own seeds (the same numbers as their own runs
+    on that budget); a board marks a model that does not beat the better of them."""
+    from fourdb.leaderboard import submit_records
+    from fourdb.leaderboard.render import all_tables
+
+    record = run_experiment(config(*REC, "model=lightgbm"))
+    alone = {m: run_experiment(config(*REC, f"model={m}")) for m in ("popularity", "repeat")}
+    assert set(record["trivial"]) == {"popularity", "repeat"}
+    for name, run in alone.items():
+        assert record["trivial"][name] == {s: run["metrics"][s] for s in ("val", "test")}
+        assert run["trivial"] == {}  # the floor is not compared with itself
+    below = dict(record, seed=1, config={**record["config"], "seed": 1},
+                 metrics={s: {**m, "map": 0.0011} for s, m in record["metrics"].items()})
+    with caplog.at_level(logging.WARNING, logger="fourdb"):
+        warn_if_trivial_wins("lightgbm", "map", below["metrics"], record["trivial"])
+    assert "does not beat the trivial baseline 'repeat': test map 0.0011" in caplog.text
+    submit_records([(f"record {i}", r) for i, r in enumerate([below, alone["popularity"], alone["repeat"]])], tmp_path)
+    [board] = all_tables(tmp_path)
+    repeat = alone["repeat"]["metrics"]["test"]["map"]
+    assert board["floor"] == ("repeat", pytest.approx(repeat))
+    marks = dict(zip(board["frame"]["model"], board["frame"]["floor"]))
+    assert marks == {"lightgbm": "below floor", "popularity": "", "repeat": ""}  # the floor's own rows are not
+
+
 # -- regression's objective ------------------------------------------------------------------------------
 
 def test_the_objective_resolves_to_the_loss_the_metric_scores():

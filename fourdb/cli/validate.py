@@ -10,7 +10,7 @@ from fourdb.errors import FourdbError
 def validate(args) -> int:
     from fourdb.rdb import Database
     from fourdb.tasks import find_task, materialize
-    from fourdb.tasks.checks import task_report, task_warnings
+    from fourdb.tasks.checks import late_label_warnings, task_report, task_warnings
     from fourdb.utils import progress
 
     db = Database.load(args.folder, args.allow_outside_paths)
@@ -27,8 +27,8 @@ def validate(args) -> int:
             print(error_line(e))  # one printable line, whatever the task's text holds
             failed += 1
             continue
-        print(f"\n{task_report(task)}")
-        for warning in task_warnings(task):
+        print(f"\n{task_report(task, db)}")
+        for warning in task_warnings(task) + late_label_warnings(task, db):
             print(f"warning: {warning}")
     if tasks:
         print(f"{'ok' if not failed else 'FAILED'}: {len(tasks) - failed} of {len(tasks)} tasks materialize")

@@ -84,13 +84,16 @@ def certify_run(run: PreparedRun, options) -> dict:
     return out
 
 
-def trivial_baselines(task, splits: dict, info, y_train) -> dict:
+def trivial_baselines(task, splits: dict, info, y_train, inputs=None) -> dict:
     """Each trivial baseline that does the task's type (``fourdb.models.trivial``), scored on the run's
-    validation and test seeds: no training, so every run can say where the floor is."""
+    validation and test seeds: no training, so every run can say where the floor is. A recommendation run's
+    floor is the history baselines (``history_baselines``), read off the link history its ``inputs`` hold."""
     from fourdb.tasks.past_labels import label_data
     from fourdb.models import create_model
     from fourdb.models.trivial import TRIVIAL
 
+    if info.task_type.is_ranking:
+        return history_baselines(task, splits, info, y_train, inputs)
     data, out = None, {}
     for name in TRIVIAL:
         baseline = create_model(name, info) if info.task_type in MODELS.get(name).task_types else None
@@ -100,6 +103,24 @@ def trivial_baselines(task, splits: dict, info, y_train) -> dict:
         baseline.fit(data)
         out[name] = {s: evaluate(task.spec.metrics, splits[s]["label"].to_numpy(), baseline.predict(data, s), y_train)
                      for s in ("val", "test")}
+    return out
+
+
+def history_baselines(task, splits: dict, info, y_train, inputs) -> dict:
+    """``popularity`` and ``repeat`` (``fourdb.models.popularity.HISTORY``) scored on the run's validation and
+    test seeds, from the link history already in its inputs (every recommendation input kind holds one): a
+    ranking per distinct cutoff, no training. Nothing (``{}``) without a link history to read."""
+    from fourdb.models import create_model
+    from fourdb.models.popularity import HISTORY
+    from fourdb.tasks.interactions import RecData
+
+    if not isinstance(inputs, RecData):
+        return {}
+    out = {}
+    for name in HISTORY:
+        baseline = create_model(name, info).fit(inputs)
+        out[name] = {s: evaluate(task.spec.metrics, splits[s]["label"].to_numpy(), baseline.predict(inputs, s),
+                                 y_train) for s in ("val", "test")}
     return out
 
 
@@ -119,8 +140,8 @@ def warn_if_trivial_wins(model: str, metric: str, metrics: dict, trivial: dict) 
     beaten = score > best[1] if higher_is_better(metric) else score < best[1]
     if not beaten:
         log.warning("model '%s' does not beat the trivial baseline '%s': test %s %.4f against %.4f; it has "
-                    "learned nothing a constant or the entity's own past labels do not give", model, best[0],
-                    metric, score, best[1])
+                    "learned nothing a constant, the entity's own past labels or (recommendation) the popular and "
+                    "repeated destinations do not give", model, best[0], metric, score, best[1])
 
 
 def recorded_config(cfg: DictConfig) -> dict:
@@ -165,7 +186,7 @@ def run_checked(cfg: DictConfig, out_dir: str | Path | None = None) -> dict | No
         shutil.rmtree(shared["folder"], ignore_errors=True)
     if ctx.distributed and not ctx.main:
         return None
-    record = make_record(run, inputs, predictions, ctx.world, peak_mb)
+    record = make_record(run, inputs, predictions, ctx.world, peak_mb, data)
     record.fit_seconds, record.wall_seconds = fit_seconds, time.perf_counter() - start
     if cfg.certify.enabled and not ctx.distributed:
         record.certify = certify_run(run, cfg.certify)
@@ -186,13 +207,16 @@ def run_checked(cfg: DictConfig, out_dir: str | Path | None = None) -> dict | No
     return record.to_dict()
 
 
-def make_record(run: PreparedRun, inputs: dict, predictions: dict, nproc: int, peak_mb: float) -> RunRecord:
+def make_record(run: PreparedRun, inputs: dict, predictions: dict, nproc: int, peak_mb: float,
+                data=None) -> RunRecord:
     """The record of a trained run: its metrics on every split (and the trivial baselines' beside them, unless
-    its model is one), its test metric's bootstrap replicates, what it ran on and where."""
+    its model is one; a recommendation's read off ``data``, the model's inputs), its test metric's bootstrap
+    replicates, what it ran on and where."""
     cfg, task, splits = run.cfg, run.task, run.splits
     y_train = task.split("train")["label"].to_numpy()  # a metric scaled by the training labels takes them all
     metrics = {s: evaluate(task.spec.metrics, splits[s]["label"].to_numpy(), predictions[s], y_train) for s in SPLITS}
-    trivial = trivial_baselines(task, splits, run.model.info, y_train) if run.kind.scored_beside_trivial else {}
+    trivial = trivial_baselines(task, splits, run.model.info, y_train, data) if run.kind.scored_beside_trivial \
+        else {}
     warn_if_trivial_wins(cfg.model.name, task.spec.metric, metrics, trivial)
     return RunRecord(
         record_version=RECORD_VERSION,

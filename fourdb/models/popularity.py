@@ -1,6 +1,8 @@
 """Recommendation baselines read off the link history as of each cutoff (no training):
 ``popularity`` recommends the destinations most linked in the last window (ever, to break ties);
-``repeat`` recommends a source's own past destinations, most frequent first, then the popular ones."""
+``repeat`` recommends a source's own past destinations, most frequent first, then the popular ones.
+They are a recommendation task's floor (``HISTORY``): every recommendation run scores them on its own seeds
+and records them beside its model, as classification and regression runs do the trivial baselines."""
 from __future__ import annotations
 
 import numpy as np
@@ -31,3 +33,6 @@ class Popularity(Model):
 class Repeat(Popularity):
     def score(self, data: RecData):
         return repeat_score(data.interactions)
+
+
+HISTORY = ("popularity", "repeat")  # the history baselines: the floor of a recommendation board

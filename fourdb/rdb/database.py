@@ -16,8 +16,10 @@ import pandas as pd
 from fourdb.errors import FourdbError, SchemaError
 from fourdb.rdb.datedim import date_dimensions, time_sources
 from fourdb.rdb.files import ParquetSource, read_csv
+from fourdb.rdb.links import link_fit
 from fourdb.rdb.sandbox import SQLSandbox, inside_folder
 from fourdb.rdb.schema import Column, Schema, Table
+from fourdb.rdb.timeline import untimed_rows
 from fourdb.untrusted import LimitError, reading, safe_text
 from fourdb.utils import duckdb_connect, naive_utc
 
@@ -167,8 +169,9 @@ class Database:
         folder = Path(folder)
         schema = Schema.load(folder)
         tables = {t.name: cls._load_table(folder, t, allow_outside_paths) for t in schema.tables}
-        cls._check_keys(schema, tables)
-        notes = inherit_times(schema, tables)
+        notes = cls._check_keys(schema, tables)
+        notes += inherit_times(schema, tables)
+        notes += [u.note() for u in untimed_rows(schema, tables)]  # known at every cutoff: worth saying
         db = cls(schema, tables, folder, notes)
         db.allow_outside_paths = allow_outside_paths  # a task's files (candidates) are held to the same rule
         return db
@@ -216,7 +219,10 @@ class Database:
         return out
 
     @staticmethod
-    def _check_keys(schema: Schema, tables: dict[str, pd.DataFrame]) -> None:
+    def _check_keys(schema: Schema, tables: dict[str, pd.DataFrame]) -> list[str]:
+        """Every foreign key points to a primary key that holds its values; under ``on_dangling_foreign_key:
+        null`` the dangling values become null, with a note each (else it is an error)."""
+        notes = []
         for table in schema.tables:
             for fk in table.foreign_keys:
                 where = f"table '{table.name}', column '{fk.name}'"
@@ -237,17 +243,11 @@ class Database:
                 parent = tables[fk.link_table][fk.link_column]
                 dangling = values.notna() & ~values.isin(parent)
                 if dangling.any():
-                    n = int(dangling.sum())
-                    if schema.on_dangling_foreign_key == "null":
-                        if pd.api.types.is_integer_dtype(values):
-                            values = values.astype("Int64")  # int64 would turn into float64 and lose precision
-                        tables[table.name][fk.name] = values.where(~dangling, None)
-                        continue
-                    first = values[dangling].iloc[0]
-                    raise SchemaError(
-                        f"{where}: {n} dangling foreign-key values not found in {fk.link_to} "
-                        f"(first: {first!r}); set on_dangling_foreign_key: null to drop them"
-                    )
+                    notes.append(_dangling(schema, tables, table, fk, dangling))  # raises under the error policy
+                    if pd.api.types.is_integer_dtype(values):
+                        values = values.astype("Int64")  # int64 would turn into float64 and lose precision
+                    tables[table.name][fk.name] = values.where(~dangling, None)
+        return notes
 
     # ---- access ----------------------------------------------------------
     @property
@@ -344,6 +344,22 @@ class Database:
                 }
             )
         return pd.DataFrame(rows)
+
+
+def _dangling(schema: Schema, tables: dict[str, pd.DataFrame], table: Table, fk: Column, dangling: pd.Series) -> str:
+    """What to do about a foreign key's dangling values, with counts: fix ``link_to`` (naming a table whose key
+    fits its values better, where one does) or make them null. Under the null policy a note; else the error."""
+    n, total = int(dangling.sum()), int(tables[table.name][fk.name].notna().sum())
+    fit = link_fit(schema, tables, table.name, fk).text()
+    counts = f"{n:,} of {total:,} values ({n / total:.1%})"
+    if schema.on_dangling_foreign_key == "null":
+        return (f"table '{table.name}', column '{fk.name}': {counts} not found in {fk.link_to} were made null "
+                f"(on_dangling_foreign_key: null){'; ' + fit if fit else ''}")
+    first = tables[table.name][fk.name][dangling].iloc[0]
+    raise SchemaError(
+        f"table '{table.name}', column '{fk.name}': {n} dangling foreign-key values not found in {fk.link_to} "
+        f"({counts}; first: {first!r}){'; ' + fit if fit else ''}. Either fix link_to if it names the wrong table, "
+        f"or set on_dangling_foreign_key: null to make the {n:,} dangling values null")
 
 
 INHERITED_TIME = "__inherited_time"  # the derived time column of a table that takes its parents' time

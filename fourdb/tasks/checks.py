@@ -2,14 +2,18 @@
 
 ``fourdb validate`` prints these for every task beside a database before anyone trains: a task can
 load and materialize without error and still be useless (a label that never changes, a split without
-seeds, an SQL inner join that keeps only the entities with an event, so every label is positive).
+seeds, an SQL inner join that keeps only the entities with an event, so every label is positive, a label
+window that closes after the data's last event).
 """
 from __future__ import annotations
 
+import duckdb
 import numpy as np
 import pandas as pd
 
 from fourdb.errors import TaskError
+from fourdb.rdb import Database
+from fourdb.rdb.timeline import last_event
 from fourdb.tasks.materialize import SPLITS, Task
 from fourdb.tasks.types import TaskType
 
@@ -77,8 +81,9 @@ def task_warnings(task: Task) -> list[str]:
     return out
 
 
-def task_report(task: Task) -> str:
-    """The task in one line, then its ``split_stats`` as a table."""
+def task_report(task: Task, db: Database | None = None) -> str:
+    """The task in one line, then its ``split_stats`` as a table; given ``db``, the last label window's close
+    beside the last event of the tables the task reads."""
     spec = task.spec
     parts = [str(spec.kind), str(spec.task_type), f"entity table {spec.entity_table}"]
     if spec.destination_table:
@@ -87,7 +92,40 @@ def task_report(task: Task) -> str:
         parts.append(f"window {spec.window}")
     parts.append(f"metrics {', '.join(spec.metrics)}")
     stats = split_stats(task).to_string(index=False)
-    return f"task {spec.name}: {'; '.join(parts)}\n{stats}"
+    last = last_event(db, tables_read(spec, db)) if db is not None and len(task.frame) else None
+    ends = "" if last is None else (f"\nlast cutoff {task.frame['cutoff'].max()}, its label known at "
+                                    f"{task.frame['label_known_at'].max()}; last event of the tables it reads: "
+                                    f"{last.time} ({last.table})")
+    return f"task {spec.name}: {'; '.join(parts)}\n{stats}{ends}"
+
+
+def tables_read(spec, db: Database) -> list[str]:
+    """The tables a task's labels are read from: those its SQL names (DuckDB's parser says which), else its
+    table of links or its entity table's own rows; every table where the SQL cannot be parsed."""
+    if not spec.sql:
+        return [spec.link_table or spec.entity_table]
+    try:
+        named = {n.lower() for n in duckdb.get_table_names(spec.query_sql)}
+    except duckdb.Error:
+        return db.schema.table_names
+    return [n for n in db.schema.table_names if n.lower() in named]  # DuckDB's names are case-insensitive
+
+
+def late_label_warnings(task: Task, db: Database) -> list[str]:
+    """Seeds whose label window closes after the last event of the tables the task reads: an event after the
+    data's end cannot be seen, so their labels may be incomplete (a churn label says "churned" where the data
+    just stops; a yearly table's off-season is only quiet)."""
+    last = last_event(db, tables_read(task.spec, db))
+    if last is None or task.frame.empty:
+        return []
+    late = task.frame[task.frame["label_known_at"] > last.time]
+    if late.empty:
+        return []
+    per_split = ", ".join(f"{int((late['split'] == s).sum())} {s}" for s in SPLITS if (late["split"] == s).any())
+    return [f"task '{task.spec.name}': {len(late)} seeds ({per_split}; cutoffs {late['cutoff'].min()} .. "
+            f"{late['cutoff'].max()}) have a label window that closes after the last event of the tables it reads "
+            f"({last.time}, {last.table}): their labels may be incomplete, since nothing after it can be seen; "
+            f"timestamps.end sets where test cutoffs' windows stop"]
 
 
 def refuse_nothing_to_learn(task: Task, train: pd.DataFrame) -> None:

@@ -1,4 +1,5 @@
-"""The interactions input kind: a recommendation task's link history alone (popularity, repeat)."""
+"""The interactions input kind: a recommendation task's link history alone (popularity, repeat). Such a run is
+a recommendation task's floor itself, so it is not scored beside the history baselines."""
 from __future__ import annotations
 
 from omegaconf import DictConfig
@@ -9,6 +10,7 @@ from fourdb.tasks import Task
 
 class InteractionsKind(InputKind):
     name = "interactions"
+    scored_beside_trivial = False
     reads_instead = "link history"
 
     def build(self, cfg: DictConfig, db, task: Task, splits: dict):

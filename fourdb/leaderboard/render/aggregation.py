@@ -265,7 +265,7 @@ def _board_frame(rows: list[dict], summaries: list[RowSummary], records: list[di
     floor = best_floor(frame, test_mean, records, metric)
     frame["floor"] = ""
     if floor is not None:
-        trivial = frame["inputs"] == TRIVIAL_INPUTS
+        trivial = frame["inputs"].isin(TRIVIAL_INPUTS)
         beats = test_mean < floor[1] if ascending else test_mean > floor[1]
         frame.loc[~trivial & ~beats, "floor"] = "below floor"
     # validation chooses, test reports: rows are ranked by their mean validation metric; a row without one
@@ -301,7 +301,9 @@ def val_better(a: float, b: float, metric: str) -> bool:
     return not math.isnan(a) and (math.isnan(b) or (a > b if higher_is_better(metric) else a < b))
 
 
-TRIVIAL_INPUTS = "labels"  # the trivial baselines' input: the training labels alone (fourdb.models.trivial)
+# the floor's inputs: the training labels alone (the trivial baselines, fourdb.models.trivial) and, on a
+# recommendation board, the link history alone (popularity and repeat, fourdb.models.popularity)
+TRIVIAL_INPUTS = ("labels", "history")
 
 
 def best_floor(frame: pd.DataFrame, test_mean: pd.Series, records: list[dict], metric: str) -> tuple[str, float] | None:
@@ -309,7 +311,7 @@ def best_floor(frame: pd.DataFrame, test_mean: pd.Series, records: list[dict], m
     every run records beside its model (``trivial`` in a record), as (name, mean test metric); None where there
     are none."""
     scores = {model: mean for model, inputs, mean in zip(frame["model"], frame["inputs"], test_mean)
-              if inputs == TRIVIAL_INPUTS}
+              if inputs in TRIVIAL_INPUTS}
     recorded: dict[str, list[float]] = {}
     for r in records:
         for name, m in (r.get("trivial") or {}).items():

@@ -5,7 +5,8 @@ Cutoffs (``timestamps.rule``):
 
 * ``fourdb`` (default): training cutoffs step back from ``val - window`` (to ``start``), validation
   cutoffs run from ``val`` while their window ends by ``test``, test cutoffs from ``test`` while their
-  window ends by ``end`` (default: the database's last time), every ``step``.
+  window ends by ``end`` (default: the data's last event, ``data_end``: a date dimension's rows to 2100 are
+  not events), every ``step``.
 * ``relbench``: as RelBench 3 lays them out: training from ``val - window`` back to the database's
   first time (at least 3), validation and test ``num_eval_timestamps`` windows from ``val`` and
   ``test`` (not past ``test - window`` and the last time minus a window); training and validation
@@ -22,6 +23,7 @@ from fourdb.errors import FourdbError, TaskError
 from fourdb.rdb import Database
 from fourdb.rdb.sandbox import check_query
 from fourdb.rdb.schema import check_keys
+from fourdb.rdb.timeline import last_event
 from fourdb.tasks import fields
 from fourdb.tasks.kinds import TaskKind, as_times, shifted
 from fourdb.tasks.splits import SPLITS, by_time, split_codes
@@ -107,7 +109,7 @@ def _cutoffs(spec: "TaskSpec", db: Database) -> dict[str, list[pd.Timestamp]]:
     window, step = spec.window_delta, pd.Timedelta(ts["step"])
     if spec.rule == "relbench":
         return _relbench_cutoffs(spec, db, val, test, window)
-    end = pd.Timestamp(ts["end"]) if ts.get("end") else db.max_time
+    end = pd.Timestamp(ts["end"]) if ts.get("end") else data_end(db)
     start = pd.Timestamp(ts["start"]) if ts.get("start") else None
     max_train = int(ts.get("max_train_cutoffs", 1000))
     check_cutoffs(spec, "train", max_train if start is None else min(max_train, count_cutoffs(start, val - window, step)))
@@ -125,6 +127,13 @@ def _cutoffs(spec: "TaskSpec", db: Database) -> dict[str, list[pd.Timestamp]]:
     if not val_cuts or not test_cuts:
         raise TaskError(f"task '{spec.name}': no room for a {spec.window} window between val, test and end ({end})")
     return {"train": sorted(train), "val": val_cuts, "test": test_cuts}
+
+
+def data_end(db: Database) -> pd.Timestamp:
+    """Where test cutoffs' windows stop when a task file sets no ``end``: the data's last event, not a date
+    dimension's future rows (``fourdb.rdb.timeline.last_event``)."""
+    last = last_event(db)
+    return db.max_time if last is None else last.time
 
 
 def _relbench_cutoffs(spec: "TaskSpec", db: Database, val, test, window) -> dict[str, list[pd.Timestamp]]:
