@@ -295,3 +295,58 @@ def test_one_line_errors(tmp_path, capsys):
     assert "did you mean 'synthetic'" in err[0] and "record.json" in err[1] and "unknown export format 'kaggle'" in err[4]
     assert all("record.json: missing field" in line for line in err[2:4])  # a record is checked in full first
     assert not (tmp_path / "p.csv").exists() and not (tmp_path / "x").exists()
+
+
+def test_predictions_join_back_on_the_databases_own_keys(tmp_path, capsys):
+    """Keys that are not positions (strings): the key column holds RelBench's positions, as the export says, and
+    db_<key> the database's own keys, on which every prediction joins back onto its own entity."""
+    folder = shop_folder(tmp_path)
+    record = run_experiment(config("dataset=folder", f"dataset.path={folder}", "dataset.name=shop", "task=spend",
+                                   "model=gbdt"), tmp_path / "run")
+    csv = tmp_path / "shop__spend.csv"
+    assert cli("export", tmp_path / "run", "--out", csv) == 0
+    out = capsys.readouterr().out
+    assert "cid holds those positions, db_cid the database's own keys" in out
+    assert "prediction column is label (the predicted value)" in out
+    table = pd.read_csv(csv, parse_dates=["cutoff"])
+    assert list(table.columns) == ["cid", "cutoff", "label", "db_cid"]
+    own = pd.read_parquet(tmp_path / "run" / "predictions.parquet")
+    joined = own.merge(table, left_on=["entity", "cutoff"], right_on=["db_cid", "cutoff"], validate="one_to_one")
+    assert len(joined) == len(own) == len(table) == record["num_seeds"]["test"]
+    np.testing.assert_allclose(joined["label"], joined["prediction"].astype(float))
+    # and the positions are the ones fourdb export-dataset gives those customers
+    assert (positions(load_dataset(str(folder))).keys["customers"][table["cid"].to_numpy()] == table["db_cid"]).all()
+
+
+def shifted_browsing(root, size: int = 150):
+    """browsing as a database folder whose users and products are keyed from 1000 (RelBench's positions are not)."""
+    from fourdb.rdb import write_database
+
+    db = load_dataset("browsing", size=size)
+    frames = {name: df.drop(columns=[c.name for c in db.schema.table(name).columns if c.derived])
+              for name, df in db.tables.items()}
+    schema = db.schema
+    for t in schema.tables:
+        for col in t.declared_columns:
+            target = t.name if col.dtype == "primary_key" else col.link_table if col.dtype == "foreign_key" else None
+            if target in ("users", "products"):
+                frames[t.name][col.name] = frames[t.name][col.name] + 1000
+    return write_database(root / "browsing", schema, frames)
+
+
+def test_recommendations_join_back_on_the_databases_own_keys(tmp_path, capsys):
+    """A recommendation's destinations too: db_label lists the database's keys of the ranked rows."""
+    folder = shifted_browsing(tmp_path)
+    record = run_experiment(config("dataset=folder", f"dataset.path={folder}", "dataset.name=browsing",
+                                   "task=next-views", "model=repeat"), tmp_path / "run")
+    csv = tmp_path / "browsing__next-views.csv"
+    assert cli("export", tmp_path / "run", "--out", csv) == 0
+    out = capsys.readouterr().out
+    assert "rows of table users" in out and "rows of table products" in out
+    table = pd.read_csv(csv, parse_dates=["cutoff"])
+    assert list(table.columns) == ["user_id", "cutoff", "label", "db_user_id", "db_label"]
+    own = pd.read_parquet(tmp_path / "run" / "predictions.parquet")
+    joined = own.merge(table, left_on=["entity", "cutoff"], right_on=["db_user_id", "cutoff"], validate="one_to_one")
+    assert len(joined) == len(own) == record["num_seeds"]["test"]
+    for mine, exported in zip(joined["prediction"], joined["db_label"]):
+        assert list(mine[:10]) == json.loads(exported) and min(json.loads(exported) or [1000]) >= 1000

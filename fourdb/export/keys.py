@@ -27,6 +27,12 @@ class Positions:
         """Positions of primary-key values of ``table`` (-1: not a key)."""
         return self.keys[table].get_indexer(pd.Index(keys))
 
+    def renumbered(self, table: str) -> bool:
+        """Whether RelBench's key of a row of ``table`` (its position) differs from the database's own key:
+        false only where the keys already are 0..n-1 in RelBench's order (a database imported from RelBench)."""
+        keys = self.keys[table]
+        return not (pd.api.types.is_numeric_dtype(keys) and keys.equals(pd.RangeIndex(len(keys))))
+
     def of_rows(self, table: str, rows) -> np.ndarray:
         """Positions of row numbers of ``table`` as loaded (what a materialized task calls ``node``)."""
         where = np.empty(len(self.order[table]), dtype=np.int64)
