@@ -56,3 +56,30 @@ def test_engine_auto_with_a_limit_no_strategy_meets_stops_in_one_line(tmp_path, 
     with pytest.raises(SettingError) as err:
         run_experiment(config(*TINY, "engine=auto", "engine.memory_limit_gb=0.01", "trainer.epochs=1"))
     assert "\n" not in str(err.value) and "online workers=1 prefetch=1" in str(err.value), str(err.value)
+
+
+REC = ["dataset=browsing", "dataset.params.size=150", "task=next-views", "trainer.progress=false",
+       "trainer.batch_size=64", "max_train_seeds=300", "max_val_seeds=200", "engine.profile_batches=2"]
+
+
+@pytest.mark.parametrize("model", ["two_tower", "idgnn", "contextgnn"])
+def test_plan_prices_a_recommendation_gnn_online(tmp_path, monkeypatch, model):
+    """A recommendation GNN's batches (towers, trees, context) are timed as it trains on them: online only."""
+    from fourdb.experiment.plan import plan_run
+
+    monkeypatch.setenv("FOURDB_CACHE", str(tmp_path))
+    text, verdict = plan_run(config(*REC, f"model={model}"), tmp_path, tmp_path / "plan.png")
+    assert verdict is None, verdict
+    rows = [line for line in text.splitlines() if line[3:].startswith(("online", "offline"))]
+    assert rows and all(r[3:].startswith("online") for r in rows) and sum(r.startswith("->") for r in rows) == 1, text
+    assert "no offline strategy" in text and (tmp_path / "plan.png").is_file()
+
+
+@pytest.mark.parametrize("overrides", [["dataset=synthetic", "dataset.params.size=150", "task=taste", "model=gbdt"],
+                                       [*REC, "model=gbdt"]], ids=["tabular", "pair-ranker"])
+def test_plan_of_a_model_outside_the_graph_engine_says_so(tmp_path, monkeypatch, overrides):
+    from fourdb.experiment.plan import plan_run
+
+    monkeypatch.setenv("FOURDB_CACHE", str(tmp_path))
+    text, verdict = plan_run(config(*overrides), tmp_path)
+    assert verdict is None and "\n" not in text and "no engine strategies to price" in text, text

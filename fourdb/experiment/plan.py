@@ -23,10 +23,11 @@ from fourdb.experiment.inputs.graph import graph_engine
 from fourdb.experiment.prepare import prepare_run
 
 
-def price_run(cfg, out_dir) -> tuple:
-    """Prepare the run of ``cfg`` as ``fourdb run`` would, dry-run it in explore mode: its ``Costs``, every
-    priced ``Strategy``, and those ``engine=auto`` may choose for it (its batch size, evaluation, processes)."""
-    run = prepare_run(cfg)
+def price_run(cfg, out_dir, run=None) -> tuple:
+    """Prepare the run of ``cfg`` as ``fourdb run`` would (or take ``run``, prepared), dry-run it in explore
+    mode: its ``Costs``, every priced ``Strategy``, and those ``engine=auto`` may choose for it (its batch
+    size, evaluation, processes)."""
+    run = run or prepare_run(cfg)
     data, _, _ = run.inputs(out_dir)
     trainer_cfg = run.trainer_config(out_dir)
     source = run.model.make_source(data, trainer_cfg) if run.kind.trains_on_graph else None
@@ -43,8 +44,14 @@ def price_run(cfg, out_dir) -> tuple:
 
 def plan_run(cfg, out_dir, png: str | Path | None = None) -> tuple[str, str | None]:
     """The table as text, and the one-line error when no strategy meets ``engine.memory_limit_gb`` (else
-    None); the frontier is drawn to ``png`` (default ``out_dir/plan.png``)."""
-    costs, strategies, allowed = price_run(cfg, out_dir)
+    None); the frontier is drawn to ``png`` (default ``out_dir/plan.png``). A model that does not train
+    through the graph engine (a tabular model, a pair ranker, a baseline) has nothing to price: one line says so."""
+    run = prepare_run(cfg)
+    if not run.kind.trains_on_graph:
+        return (f"model {cfg.model.name} reads {run.kind.name} inputs and trains without the graph engine, so there "
+                f"are no engine strategies to price (fourdb plan prices how a GNN's batches are fed); fourdb run "
+                f"with the same overrides trains it"), None
+    costs, strategies, allowed = price_run(cfg, out_dir, run)
     eng = graph_engine(cfg)
     try:
         chosen, verdict = pick(allowed, eng.objective, eng.memory_limit_gb), None
@@ -59,6 +66,8 @@ def plan_run(cfg, out_dir, png: str | Path | None = None) -> tuple[str, str | No
              f"run's batch size ({costs.batch_size}), evaluation ({eng.inference}) and processes "
              f"({allowed[0].nproc if allowed else 1})",
              "epoch s: training plus one validation pass; peak MB: resident memory, summed over the processes",
+             *([] if costs.offline else [f"model {cfg.model.name} makes its batches online every epoch (the store "
+                                         f"keeps batches of seed rows, not its candidates): no offline strategy"]),
              last_calibration() or "no calibration yet: an engine=auto run records its prediction beside what it "
                                    "measured", f"frontier plot: {path}"]
     return "\n".join(lines), verdict

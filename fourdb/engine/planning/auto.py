@@ -82,8 +82,7 @@ def _measure(source, plan, sizes: tuple, device, threads: int) -> dict[int, dict
 
     def job(idx, seed):
         t = time.perf_counter()
-        batch = source.sample("train", idx, np.random.default_rng(seed))
-        inputs = (batch.blocks, source.gather(batch))
+        batch, inputs = source.profile_batch(idx, seed)
         return batch, inputs, time.perf_counter() - t
 
     def made():  # on a sampler thread, as training makes them
@@ -95,12 +94,16 @@ def _measure(source, plan, sizes: tuple, device, threads: int) -> dict[int, dict
     batches = made()
     made_of = per_size(batches)
     out = {s: {"sample": median_seconds([b[2] for b in made_of[s]]),
-               # timed as training runs it: replay on a producer thread
-               "replay": next(prefetch([lambda s=s: replay_seconds(source, [b[0] for b in made_of[s]])], 1, 1)),
-               "store_index_mb": float(np.mean([stored_mb(source, b[0])[0] for b in made_of[s]])),
-               "store_features_mb": float(np.mean([stored_mb(source, b[0])[1] for b in made_of[s]])),
                "batch_mb": float(np.mean([batch_mb(b[1]) for b in made_of[s]])),
+               "replay": 0.0, "store_index_mb": 0.0, "store_features_mb": 0.0,  # a store's, where one can feed it
                "model_t": 0.0, "model_1t": 0.0, "forward": 0.0, "step_mb": 0.0, "forward_mb": 0.0} for s in sizes}
+    if source.stores_batches:
+        for s in sizes:
+            stored = [b[0] for b in made_of[s]]
+            # timed as training runs it: replay on a producer thread
+            out[s]["replay"] = next(prefetch([lambda: replay_seconds(source, stored)], 1, 1))
+            out[s]["store_index_mb"] = float(np.mean([stored_mb(source, b)[0] for b in stored]))
+            out[s]["store_features_mb"] = float(np.mean([stored_mb(source, b)[1] for b in stored]))
     if source.module is None:
         return out
     on_gpu = torch.device(device).type == "cuda"
@@ -180,7 +183,7 @@ def measure(source, rng: np.random.Generator, explore: bool = False) -> Costs:
     # cold rows travel); in RAM, none (rows packed per batch read sequentially) or every row
     gpu_cache = float(min(max(features_mb, 1.0), 0.25 * _free_memory_mb(device))) if on_gpu else 0.0
     hot = (gpu_cache,) if on_gpu else (0.0, float(max(features_mb, 1.0)))
-    built = frozenset(h for h in hot if (cache_root() / "store" / store_key(
+    built = frozenset(h for h in hot if source.stores_batches and (cache_root() / "store" / store_key(
         source, rng, eng.store_epochs, hot_budget_rows(source, h)) / "manifest.json").exists())
     lw_s, lw_mb = (_layerwise(source, device) if source.module is not None and
                    (explore or eng.inference == "layerwise") else (None, 0.0))
@@ -194,7 +197,7 @@ def measure(source, rng: np.random.Generator, explore: bool = False) -> Costs:
         forward_mb=scaled("forward_mb"), store_index_mb=line("store_index_mb"),
         store_features_mb=line("store_features_mb"), base_mb=base_mb, maxrss_mb=peak_so_far,
         state_mb=0.0 if on_gpu else 2 * params / 2 ** 20, grad_mb=0.0 if on_gpu else params / 2 ** 20,
-        features_mb=features_mb, store_epochs=eng.store_epochs,
+        features_mb=features_mb, store_epochs=eng.store_epochs, offline=source.stores_batches,
         epochs=max(1, source.planned_epochs or eng.store_epochs), built=built, gpu_cache_mb=gpu_cache,
         layerwise_s=lw_s, layerwise_mb=lw_mb)
 
@@ -206,7 +209,8 @@ def space(costs: Costs, eng, explore: bool = False, nproc: int = 1) -> Space:
     spare = costs.cores if costs.on_gpu else max(1, costs.cores // nproc - 1)
     workers = tuple(range(1, int(min(spare, MAX_SAMPLER_THREADS)) + 1))
     hot = (costs.gpu_cache_mb,) if costs.on_gpu else (0.0, float(max(costs.features_mb, 1.0)))
-    common = dict(workers=workers, prefetch=tuple(sorted({1, eng.prefetch})), eval_prefetch=eng.prefetch, hot_mb=hot)
+    common = dict(workers=workers, prefetch=tuple(sorted({1, eng.prefetch})), eval_prefetch=eng.prefetch, hot_mb=hot,
+                  offline=costs.offline)
     if not explore:
         return Space(nprocs=(nproc,), inferences=(eng.inference,), **common)
     top = machine()[1] or min(costs.cores, MAX_CPU_RANKS)

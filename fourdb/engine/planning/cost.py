@@ -102,6 +102,7 @@ class Costs:
     gpu_cache_mb: float = 0.0  # on a GPU the hot tier lives there (not in RAM)
     layerwise_s: float | None = None  # exact layer-wise evaluation of the validation split (None: not priced)
     layerwise_mb: float = 0.0  # what it adds to the RSS
+    offline: bool = True  # the store can feed the run (a recommendation model's batches are made online)
 
 
 @dataclass(frozen=True)

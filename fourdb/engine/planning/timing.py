@@ -140,9 +140,19 @@ class PeakRSS:
 
 
 def batch_mb(inputs) -> float:
-    """Megabytes one made batch holds: its blocks' edge and node ids and its gathered feature tensors."""
-    blocks, feats = inputs
-    ids = sum(b.num_edges(et) * 3 for b in blocks for et in b.canonical_etypes)  # src, dst, edge id
-    ids += sum(b.num_src_nodes(nt) for b in blocks for nt in b.srctypes)
-    tensors = [t for d in feats.values() for t in (d.values() if isinstance(d, dict) else [d]) if torch.is_tensor(t)]
-    return (8 * ids + sum(t.numel() * t.element_size() for t in tensors)) / 2 ** 20
+    """Megabytes one made batch holds: its blocks' edge and node ids and its tensors, wherever the model's
+    inputs hold them (a GNN's ``(blocks, feats)``; a recommendation model's towers, trees and context)."""
+    ids, tensor_bytes = 0, 0
+    stack = [inputs]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif torch.is_tensor(x):
+            tensor_bytes += x.numel() * x.element_size()
+        elif hasattr(x, "canonical_etypes"):  # a DGL block: src, dst and edge id per edge, an id per node
+            ids += sum(x.num_edges(et) * 3 for et in x.canonical_etypes)
+            ids += sum(x.num_src_nodes(nt) for nt in x.srctypes)
+    return (8 * ids + tensor_bytes) / 2 ** 20

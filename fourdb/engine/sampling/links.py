@@ -73,6 +73,8 @@ class RecSource(GraphSource):
     learned vectors as ``feats[destination]["id_rows"]`` [id columns, nodes], made on the sampler threads
     with the rest of the batch."""
 
+    stores_batches = False  # its batches are made online every epoch, whatever the engine says
+
     def __init__(self, rec: RecData, batch_size: int, vocabularies: dict[str, np.ndarray] | None = None):
         super().__init__(rec.graph, batch_size)
         self.rec, self.destination = rec, rec.destination
@@ -86,6 +88,10 @@ class RecSource(GraphSource):
 
     def labels(self, split: str) -> np.ndarray:
         return self.rec.labels[split]
+
+    def profile_batch(self, idx: np.ndarray, seed: int):
+        """No stored batch; the model's inputs, as training makes them (towers, trees, context)."""
+        return None, self.train_batch(idx, seed)[0]
 
     def train_batches(self, rng: np.random.Generator):
         plan = self.epoch_plan(rng)

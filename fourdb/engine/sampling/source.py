@@ -32,6 +32,7 @@ class GraphSource(DataSource):
     """Sampled blocks plus their gathered input features."""
 
     shardable = True
+    stores_batches = True  # the offline store can feed its training (it stores sampled seed-row batches)
 
     def __init__(self, data: GraphData, batch_size: int, eval_seed: int = 12345,
                  engine: EngineConfig | dict | None = None):
@@ -111,6 +112,12 @@ class GraphSource(DataSource):
     def train_batch(self, idx: np.ndarray, seed: int):
         inputs, _ = self._batch("train", idx, np.random.default_rng(seed))
         return inputs, torch.as_tensor(self.data.labels["train"][idx])
+
+    def profile_batch(self, idx: np.ndarray, seed: int):
+        """A training batch as ``engine=auto``'s dry run times it: the sampled batch a store would keep (None
+        where ``stores_batches`` is false) and the model's inputs made from it."""
+        batch = self.sample("train", idx, np.random.default_rng(seed))
+        return batch, (batch.blocks, self.gather(batch))
 
     # ------------------------------------------------------------------ training batches
     def prepare(self, module: torch.nn.Module, device, epochs: int | None = None) -> None:
