@@ -16,9 +16,13 @@ from fourdb.features.dfs.plan import (OWN_DTYPES, PRIMITIVES, check_config, chec
                                       unique_names)
 from fourdb.graph.build import GRAPHS
 from fourdb.rdb import Database
+from fourdb.rdb.identifiers import features_only
 from fourdb.rdb.schema import Column, Table
 from fourdb.tasks import Task
-from fourdb.utils import progress
+from fourdb.utils import plural, progress
+
+NOT_A_FEATURE = "not a feature (schema.yaml: feature: false)"
+
 
 @dataclass
 class ColumnUse:
@@ -64,7 +68,7 @@ class Scope:
 
     def __init__(self, db: Database, task: Task | None, fitted: dict):
         self.task, self.fitted = task, fitted
-        self.seen = task.input_database(db) if task is not None else db
+        self.seen = task.input_database(db) if task is not None else features_only(db)
         self.fit_until = task.fit_until if task is not None else None
         self.hidden = frozenset(task.hidden_columns) if task is not None else frozenset()
         self.entity = task.spec.entity_table if task is not None else None
@@ -87,6 +91,8 @@ class Scope:
         """Why no view makes an input of a column (None: it is the view's own reason)."""
         if col.derived:
             return "inherited time (says which rows are visible)"
+        if not col.feature:
+            return NOT_A_FEATURE
         if col.name not in self.seen.schema.table(t.name).column_names:
             return "removed by the task"
         if hides_seed_columns and t.name == self.entity and col.name in self.hidden:
@@ -129,7 +135,8 @@ class SingleTableView(View):
 
     def uses(self):
         s = self.scope
-        return {(t, c): v for t in s.seeds for c, v in s.own(t, s.hide(t)).items()}
+        seeds = progress(s.seeds, desc="columns: single_table", unit="table", leave=False)
+        return {(t, c): v for t in seeds for c, v in s.own(t, s.hide(t)).items()}
 
     def own_reason(self, t, col):
         return "not the seed table" if t.name not in self.scope.seeds else None
@@ -158,7 +165,7 @@ class DfsView(View):
 
     def own_reason(self, t, col):
         if t.name not in self.reached:
-            return f"over {self.depth} hops from {', '.join(self.scope.seeds)}"
+            return f"over {self.depth} {plural('hop', self.depth)} from {', '.join(self.scope.seeds)}"
         if col.dtype not in OWN_DTYPES:
             return f"DFS reads {', '.join(OWN_DTYPES)} (and time) columns"
         return None
@@ -177,7 +184,7 @@ class GraphView(View):
         s = self.scope
         self.edges = GRAPHS.get(self.graph)(s.seen)
         used = {}
-        for t in progress(s.seen.schema.tables, desc="columns", unit="table", leave=False):
+        for t in progress(s.seen.schema.tables, desc="columns: graph", unit="table", leave=False):
             for c, (names, how) in s.own(t.name).items():
                 how += ", on edges" if t.name in self.edges else ""
                 how += ", masked at the seed row" if c in s.hide(t.name) else ""
@@ -201,7 +208,7 @@ def dfs_uses(seen: Database, seeds: list[str], hide, depth: int, primitives, own
     the seed rows' own columns as single_table encodes them; and the tables DFS reaches."""
     made: dict[tuple[str, str], list[str]] = {}
     reached: set[str] = set()
-    for s in seeds:
+    for s in progress(seeds, desc="columns: dfs plans", unit="table", leave=False):
         plan = seed_plan(seen, s, depth, primitives, where, fit_until, hide(s))
         reached |= tables_of(plan, set())
         for f, name in zip(plan.features, unique_names([f.name for f in plan.features])):
@@ -254,13 +261,52 @@ def report_frame(uses: list[ColumnUse]) -> pd.DataFrame:
     return pd.DataFrame(list(rows.values()))
 
 
-def log_lines(uses: list[ColumnUse]) -> list[str]:
-    """Per table and kind: the columns used and the columns dropped, with why (a run's log)."""
+NAMED_USES = 8  # a table's used columns are named in the log up to this many
+
+
+def log_lines(uses: list[ColumnUse], full_list: str | None = None) -> list[str]:
+    """The column report in brief, for a run's log (``full_list``: where every column's line is written).
+
+    Per kind: a line per table with a used column (how many are used, named when few, and how many are
+    dropped, by reason); one line for the tables none of whose columns is used (on a wide schema most are,
+    for one reason: DFS does not reach them); the columns the schema marks ``feature: false``, with how to use
+    them."""
     lines = []
-    for (table, kind), group in pd.DataFrame([u.__dict__ for u in uses]).groupby(["table", "kind"], sort=False):
-        used = [f"{c} (rows counted by it)" if d == "foreign_key" else c
-                for c, d, i in zip(group["column"], group["dtype"], group["inputs"]) if i]
-        dropped = [f"{c}: {h}" for c, i, h in zip(group["column"], group["inputs"], group["how"]) if not i]
-        lines.append(f"columns of {table} ({kind}): used {', '.join(used) or 'none'}; "
-                     f"dropped {'; '.join(dropped) or 'none'}")
+    frame = pd.DataFrame([u.__dict__ for u in uses])
+    for kind, part in frame.groupby("kind", sort=False):
+        unused: list[str] = []
+        reasons: dict[str, int] = {}
+        for table, group in part.groupby("table", sort=False):
+            used = [c for c, i in zip(group["column"], group["inputs"]) if i]
+            dropped = group["how"][[not i for i in group["inputs"]]].value_counts(sort=True)
+            if not used:
+                unused.append(f"{table} ({len(group)})")
+                for how, n in dropped.items():
+                    reasons[how] = reasons.get(how, 0) + int(n)
+                continue
+            names = f" ({', '.join(used)})" if len(used) <= NAMED_USES else ""
+            lines.append(f"columns of {table} ({kind}): {len(used)} used{names}; {_counted(dropped.to_dict())}")
+        if unused:
+            lines.append(f"columns of {len(unused)} more table{'s' if len(unused) > 1 else ''} ({kind}): none used; "
+                         f"{_counted(reasons)}: {', '.join(unused)}")
+    marked = sorted({f"{u.table}.{u.column}" for u in uses if u.how == NOT_A_FEATURE})
+    if marked:
+        lines.append(f"left out, as schema.yaml marks them feature: false (an import does so for columns that "
+                     f"identify a row or a person): {', '.join(marked)}; to use one as a feature, set its "
+                     f"feature: true there")
+    if full_list:
+        lines.append(f"columns: every column, and what each kind of model makes of it, in {full_list}")
     return lines
+
+
+def _counted(reasons: dict[str, int]) -> str:
+    """``12 dropped (9 keys, 3 over 2 hops from users)``: keys counted together, whatever they join."""
+    if not reasons:
+        return "none dropped"
+    merged: dict[str, int] = {}
+    for how, n in reasons.items():
+        how = "key" if how.startswith("key") else how
+        merged[how] = merged.get(how, 0) + n
+    order = sorted(merged.items(), key=lambda kv: -kv[1])
+    parts = [f"{n} {plural(how, n) if how == 'key' else how}" for how, n in order]
+    return f"{sum(reasons.values())} dropped ({', '.join(parts)})"

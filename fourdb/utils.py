@@ -5,10 +5,12 @@ import contextlib
 import functools
 import hashlib
 import json
+import logging
 import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -69,16 +71,133 @@ def yaml_text(data) -> str:
     return yaml.dump(data, Dumper=Dumper, sort_keys=False, allow_unicode=True, width=4096)
 
 
-def progress(iterable=None, enabled: bool | None = True, **kwargs):
-    """A tqdm bar on stderr, shown only when asked for and stderr is a terminal (logs stay clean).
+PROGRESS_ENV = "FOURDB_PROGRESS_SECONDS"  # seconds between logged progress lines (default 30)
 
-    ``enabled=None`` means "if a terminal"; ``False`` silences it; ``True`` also shows it only on a
-    terminal, because a bar redrawn into a file or pipe is noise.
+
+def progress(iterable=None, enabled: bool | None = True, bar: bool = True, **kwargs):
+    """A long loop's progress: a tqdm bar on stderr where stderr is a terminal, and every ``FOURDB_PROGRESS_SECONDS``
+    (30) a line in the log with what is done, the time so far and an estimate of the time left.
+
+    Where stderr is a terminal the lines go to the log's files only (``BesideBar``: the bar shows them there);
+    elsewhere (a pipe, a job's log) to every handler, as the bar, redrawn into a file, would be noise.
+    ``enabled=False`` silences both; ``None`` and ``True`` mean the same (kept for callers that say which);
+    ``bar=False`` leaves out the bar alone (``trainer.progress=false``). A loop shorter than the interval logs
+    nothing.
     """
     from tqdm.auto import tqdm
 
     kwargs.setdefault("file", sys.stderr)
-    return tqdm(iterable, disable=enabled is False or not kwargs["file"].isatty(), **kwargs)
+    on_terminal = kwargs["file"].isatty() and bar
+    shown = tqdm(iterable, disable=enabled is False or not on_terminal, **kwargs)
+    if enabled is False:
+        return shown
+    total = kwargs.get("total", len(iterable) if hasattr(iterable, "__len__") else None)
+    return LoggedProgress(shown, ProgressLog(kwargs.get("desc") or "progress", total, kwargs.get("initial", 0),
+                                             kwargs.get("unit", "it"), beside_bar=on_terminal))
+
+
+class BesideBar:
+    """A logging filter for a terminal's handler: drops the progress lines a bar already shows there."""
+
+    def filter(self, record) -> bool:
+        return not getattr(record, "beside_bar", False)
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``3.5 min``, ``2.1 h``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def plural(unit: str, n: int) -> str:
+    """``batch`` -> ``batches``, ``table`` -> ``tables`` (for ``n != 1``)."""
+    if n == 1:
+        return unit
+    return unit + ("es" if unit.endswith(("s", "sh", "tch", "x")) else "s")  # batches, epochs
+
+
+class ProgressLog:
+    """Progress lines in the log (``fourdb`` logger): ``desc: 40/200 (20%), 1.2 min so far, about 4.8 min left``,
+    at most one per ``interval`` seconds, the first after one interval, and a last one when the loop ends
+    after any was written."""
+
+    def __init__(self, desc: str, total: int | None = None, initial: int = 0, unit: str = "it",
+                 interval: float | None = None, beside_bar: bool = False):
+        self.desc, self.total, self.n, self.unit, self.beside_bar = desc, total, initial, unit, beside_bar
+        self.initial, self.postfix, self.logged = initial, "", 0
+        self.interval = float(os.environ.get(PROGRESS_ENV, 30)) if interval is None else interval
+        self.start = self.last = time.monotonic()
+
+    def update(self, n: int = 1, postfix: str | None = None) -> None:
+        self.n += n
+        if postfix is not None:
+            self.postfix = postfix
+        now = time.monotonic()
+        if now - self.last >= self.interval:
+            self.last = now
+            self.write(self.line(now - self.start))
+
+    def line(self, elapsed: float) -> str:
+        done = self.n - self.initial  # this process's share: a resumed loop's earlier items took no time here
+        text = f"{self.desc}: {self.n}" + (f"/{self.total} ({100 * self.n / self.total:.0f}%)" if self.total else
+                                           f" {plural(self.unit, self.n)}")
+        text += f", {duration(elapsed)} so far"
+        if self.total and done > 0 and self.n < self.total:
+            text += f", about {duration(elapsed / done * (self.total - self.n))} left"
+        return text + (f"; {self.postfix}" if self.postfix else "")
+
+    def close(self) -> None:
+        if self.logged:  # a loop long enough to be reported is reported finished
+            self.write(f"{self.desc}: done, {self.n} {plural(self.unit, self.n)} in "
+                       f"{duration(time.monotonic() - self.start)}")
+            self.logged = 0
+
+    def write(self, text: str) -> None:
+        self.logged += 1
+        logging.getLogger("fourdb").info("%s", text, extra={"beside_bar": self.beside_bar})
+
+
+class LoggedProgress:
+    """A tqdm bar (disabled off a terminal) and its ``ProgressLog``, moved together: iterate it, or call
+    ``update``, ``set_postfix`` and ``close`` as on a bar."""
+
+    def __init__(self, bar, log: ProgressLog):
+        self.bar, self.log = bar, log
+
+    def __iter__(self):
+        try:
+            for item in self.bar:
+                yield item
+                self.log.update(1)
+        finally:
+            self.close()
+
+    def __len__(self):
+        return len(self.bar)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def update(self, n: int = 1) -> None:
+        self.bar.update(n)
+        self.log.update(n)
+
+    def set_postfix(self, **values) -> None:
+        self.bar.set_postfix(**values)
+        self.log.postfix = ", ".join(f"{k} {v}" for k, v in values.items())
+
+    def set_postfix_str(self, text: str = "", refresh: bool = True) -> None:
+        self.bar.set_postfix_str(text, refresh=refresh)
+        self.log.postfix = text
+
+    def close(self) -> None:
+        self.bar.close()
+        self.log.close()
 
 
 DUCKDB_MEMORY_SHARE = 0.25  # of the memory this process may use (the machine's, or its cgroup's), DuckDB's own limit unless FOURDB_DUCKDB_MEMORY says

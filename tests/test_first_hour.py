@@ -247,14 +247,15 @@ def test_a_run_logs_the_columns_it_used_and_dropped(caplog):
     with caplog.at_level(logging.INFO, logger="fourdb"):
         run_experiment(config("dataset=synthetic", "dataset.params.size=150", "task=taste", "model=gbdt",
                               "max_train_seeds=200", "trainer.progress=false"))
-    assert "columns of users (single_table): used signup_at, age, region; dropped user_id: key" in caplog.text
-    assert "columns of purchases (single_table): used none; dropped purchase_id: key;" in caplog.text
+    assert "columns of users (single_table): 3 used (signup_at, age, region); 1 dropped (1 key)" in caplog.text
+    # the tables it reads nothing of, on one line
+    assert ("columns of 3 more tables (single_table): none used; 12 dropped (6 not the seed table, 6 keys): "
+            "items (3), purchases (5), audits (4)") in caplog.text
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="fourdb"):
         run_experiment(config("dataset=synthetic", "dataset.params.size=150", "task=taste", "model=sage", "graph=r2ne",
                               "max_train_seeds=100", "trainer.epochs=1", "trainer.progress=false"))
-    assert ("columns of purchases (graph): used purchased_at, quantity; dropped purchase_id: key (a row is an edge); "
-            "user_id: key (edge ends); item_id: key (edge ends)") in caplog.text
+    assert ("columns of purchases (graph): 2 used (purchased_at, quantity); 3 dropped (3 keys)") in caplog.text
 
 
 def test_sweep_summary_shows_what_varies():

@@ -38,6 +38,9 @@ def _import_parser(sub) -> None:
     p.add_argument("--no-infer-keys", dest="infer_keys", action="store_false",
                    help="keep only the keys the source declares (default: infer the others from names and values, "
                         "each with its evidence in the output and in schema.yaml)")
+    p.add_argument("--keep-identifiers", action="store_true",
+                   help="keep as features the columns that identify a row or a person (ids, names, e-mail "
+                        "addresses; default: written feature: false, each with why)")
     _outside_flag(p)
     p.set_defaults(func=command("convert", "convert"))
 

@@ -2,9 +2,26 @@
 not), and the schema diagram."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from fourdb.defaults import CONF_DIR
+
+
+def log_progress() -> None:
+    """``fourdb describe`` is not a run, with no run log: its progress lines (``fourdb.utils.progress``) go to
+    stderr, beside the bars on a terminal."""
+    import sys
+
+    from fourdb.utils import BesideBar
+
+    logger = logging.getLogger("fourdb")
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%H:%M:%S"))
+        handler.addFilter(BesideBar())
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def describe(args) -> int:
@@ -18,6 +35,7 @@ def describe(args) -> int:
 
     import yaml
 
+    log_progress()
     dfs = yaml.safe_load((Path(CONF_DIR) / "features" / "dfs.yaml").read_text())  # what features=dfs runs with
     depth = dfs["depth"] if args.depth is None else args.depth
     db = load_dataset(args.dataset, args.allow_outside_paths, **dataset_params(args.dataset_param))
@@ -34,6 +52,7 @@ def describe(args) -> int:
         print(f"\n{table}\n{part.drop(columns='table').to_string(index=False)}")
     # the schema's name is text from schema.yaml: the diagram is named by a plain stem of it, inside --out
     stem = inside_output(args.out, f"{file_stem(db.schema.name, 'database')}-schema", "describe --out")
+    logging.getLogger("fourdb").info("diagram: drawing %d tables and their foreign keys", len(db.schema.tables))
     paths = write_diagram(db.schema, stem)
     print(f"\ndiagram: {', '.join(map(str, paths))}")
     return 0

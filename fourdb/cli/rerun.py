@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fourdb.errors import FourdbError
 from fourdb.untrusted import safe_text
-from fourdb.utils import atomic_write_text
+from fourdb.utils import BesideBar, atomic_write_text
 
 RERUN_ROOT = Path("outputs") / "rerun"
 
@@ -80,6 +80,7 @@ def log_to(path: Path):
     certify's log line in it is what ``leaderboard submit`` checks a certified record by."""
     fmt = logging.Formatter("[%(asctime)s] %(message)s", "%H:%M:%S")
     handlers = [logging.StreamHandler(sys.stderr), logging.FileHandler(path)]
+    handlers[0].addFilter(BesideBar())  # progress lines a bar shows on the terminal go to the file alone
     root, level = logging.getLogger(), logging.getLogger().level
     for h in handlers:
         h.setFormatter(fmt)

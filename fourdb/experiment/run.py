@@ -173,7 +173,7 @@ def run_checked(cfg: DictConfig, out_dir: str | Path | None = None) -> dict | No
     seed_everything(cfg.seed)
     run = prepare_run(cfg)
     data, inputs, shared = run.inputs(out_dir, ctx)
-    run.kind.log_columns(cfg, run.db, run.task, data)
+    run.kind.log_columns(cfg, run.db, run.task, data, out_dir if ctx.main else None)
     fit_start = time.perf_counter()
     with regime_guard(cfg.model.name, run.model.regime):
         run.model.fit(data, run.trainer_config(out_dir))

@@ -26,7 +26,7 @@ from fourdb.columns import EncodedTable, TableEncoder
 from fourdb.rdb import Database
 from fourdb.rdb.database import RowLookup
 from fourdb.registry import Registry
-from fourdb.utils import to_epoch_ns
+from fourdb.utils import progress, to_epoch_ns
 
 ALWAYS = np.iinfo(np.int64).min
 
@@ -118,7 +118,7 @@ def build_graph(db: Database, kind: str = "r2ne", fit_until=None) -> RelGraph:
         return key_index[table](values).astype(ids)
 
     edges, edge_time, edge_feats, encoders, features, reverse = {}, {}, {}, {}, {}, {}
-    for t in db.schema.tables:
+    for t in progress(db.schema.tables, desc="graph: edges", unit="table", leave=False):
         df = db.tables[t.name]
         fks = t.foreign_keys
         if t.name in as_edges:
@@ -158,7 +158,7 @@ def build_graph(db: Database, kind: str = "r2ne", fit_until=None) -> RelGraph:
     g = dgl.heterograph({et: (torch.from_numpy(s), torch.from_numpy(d)) for et, (s, d) in edges.items()},
                         num_nodes_dict=num_nodes, idtype=torch.int32 if ids == np.int32 else torch.int64)
     del edges
-    for t in node_tables:
+    for t in progress(node_tables, desc="graph: node features", unit="table", leave=False):
         enc = TableEncoder(t).fit(db.tables[t.name], fit_until)
         encoders[t.name] = enc
         features[t.name] = _share_times(enc.transform(db.tables[t.name]), times[t.name])

@@ -52,6 +52,7 @@ from fourdb.importers.assemble import assemble
 from fourdb.importers.base import IMPORTERS, Format, ImportReport, SourceTable
 from fourdb.importers.comments import commented_schema
 from fourdb.importers.dtypes import infer_dtype
+from fourdb.importers.identifiers import mark_identifiers
 from fourdb.importers.keys import infer_foreign_keys, infer_primary_key
 from fourdb.rdb.database import Database, write_database
 from fourdb.rdb.sandbox import refuse_links_out
@@ -70,14 +71,16 @@ __all__ = ["IMPORTERS", "Format", "ImportReport", "SourceTable", "assemble", "im
 
 
 def import_database(path: str | Path, out: str | Path, name: str | None = None,
-                    lenient: bool = False, allow_outside_paths: bool = False, infer_keys: bool = True) -> ImportReport:
+                    lenient: bool = False, allow_outside_paths: bool = False, infer_keys: bool = True,
+                    keep_identifiers: bool = False) -> ImportReport:
     """Convert the database at ``path`` into a fourdb database folder ``out`` (which must not exist or be empty).
 
     ``lenient``: values that do not fit their declared type become NULL and rows with a null or repeated
     declared primary key are dropped (the first of each key kept), counted in the report's warnings,
     where otherwise they are errors. A folder's files, and the files it names, must lie inside it unless
     ``allow_outside_paths`` (the user's own opt-in). ``infer_keys=False`` keeps only the keys the source
-    declares (a lone datetime column is still guessed as a table's time).
+    declares (a lone datetime column is still guessed as a table's time). The columns that identify a row or a
+    person are written ``feature: false`` (``fourdb.importers.identifiers``), unless ``keep_identifiers``.
     """
     spec = str(path)
     path, out = Path(path), Path(out)
@@ -94,7 +97,7 @@ def import_database(path: str | Path, out: str | Path, name: str | None = None,
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".relbench-", dir=out.parent) as staging:
             return import_database(fetch(hub, Path(staging)), out, name or Path(hub.rstrip("/")).name, lenient,
-                                   allow_outside_paths, infer_keys)
+                                   allow_outside_paths, infer_keys, keep_identifiers)
     offered = sorted(((kind, f) for kind, f in IMPORTERS.items() if f.folder == path.is_dir()),
                      key=lambda entry: (entry[1].order, entry[0]))
     kind, fmt = next(((kind, f) for kind, f in offered if f.detect(path)), (None, None))
@@ -122,6 +125,7 @@ def import_database(path: str | Path, out: str | Path, name: str | None = None,
                                       guess_time=fmt.infer_keys)
         if fmt.infer_keys and not infer_keys:
             report.notes.append("keys not inferred (--no-infer-keys): only those the source declares")
+        mark_identifiers(schema, frames, report, keep_identifiers)
     except DatabaseImportError as e:  # its tables' and columns' errors name them; the file too
         raise DatabaseImportError(f"{path}: {e}" if not str(e).startswith(str(path)) else str(e)) from None
 

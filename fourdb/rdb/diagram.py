@@ -2,8 +2,12 @@
 
 A box per table with its primary key, foreign keys and time (its column, the parents it inherits its
 time from, or static), and an arrow per foreign key from the table that holds it to the table it
-references, labelled with the key's name. Tables are placed by a force-directed layout of the foreign-key
-graph (networkx's Kamada-Kawai), so a database of any shape is drawn without placing boxes by hand.
+references, labelled with the key's name. Tables are placed in layers, so a database of any shape is drawn
+without placing boxes by hand: the tables nothing points to (facts, events) at the top, each table above
+the tables it references, a layer's tables ordered by where their neighbours above stand, and a layer wider
+than ``MAX_ROW_INCHES`` wrapped into rows. The picture grows with the tables' boxes, never with how they
+are spread (a 24-table warehouse fits one screen-sized page), and the PNG's resolution is lowered where it
+would be over ``MAX_PIXELS`` a side.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ ARROW = "#c44e52"
 GAP = 0.5  # inches between boxes, room for an arrow and its label
 FONT = 8
 TITLE = 0.6  # inches above the drawing
+TITLE_FONT = 10
 
 
 def schema_graph(schema: Schema):
@@ -48,33 +53,74 @@ def box_text(t: Table) -> str:
     return "\n".join(lines)
 
 
-def layout(schema: Schema) -> tuple[dict[str, tuple[float, float]], tuple[float, float]]:
-    """Table positions in [0, 1] x [0, 1] and a figure size in inches at which no two boxes overlap.
+BOX_PAD = 0.5 * FONT / 72  # the box's outline lies this far (inches) outside its text
+MAX_ROW_INCHES = 22.0  # a layer wider than this wraps into another row
+ROW_GAP = 0.9  # inches between rows, room for arrows to turn
+MAX_PIXELS = 4000  # the PNG's longest side at most
+MAX_ARROWS = 40  # tables joined by keys, beyond which two tables get one arrow however many keys join them
+DPI = 150
 
-    networkx's Kamada-Kawai layout of the foreign-key graph places tables that share keys near each
-    other and the others apart; the picture is then made just large enough for every box.
-    """
+
+def title(schema: Schema) -> list[str]:
+    return [f"{schema.name}: {len(schema.tables)} tables", "an arrow points from a foreign key to the table it references"]
+
+
+def layers(schema: Schema) -> list[list[str]]:
+    """Tables by layer, top first: a table's layer is the longest chain of foreign keys from it down to a table
+    that references none (tables that reference each other share one); layers are ordered top-down."""
     import networkx as nx
-    import numpy as np
 
-    g = nx.Graph(schema_graph(schema).to_undirected())
-    names = list(g.nodes)
-    sizes = np.array([box_size(schema.table(t)) for t in names]) + GAP
-    if len(names) == 1:
-        return {names[0]: (0.5, 0.5)}, (max(4.0, sizes[0][0] * 2), max(3.0, sizes[0][1] * 2))
-    pos = nx.kamada_kawai_layout(g) if len(names) > 2 else nx.circular_layout(g)
-    xy = np.array([pos[t] for t in names])
-    xy = (xy - xy.min(0)) / np.maximum(xy.max(0) - xy.min(0), 1e-9)  # [0, 1] x [0, 1]
-    # the smallest scale (inches per unit) at which every pair of boxes is apart along x or along y
-    i, j = np.triu_indices(len(names), 1)
-    need = (sizes[i] + sizes[j]) / 2
-    apart = np.abs(xy[i] - xy[j])
-    with np.errstate(divide="ignore"):
-        scale = np.max(np.min(np.where(apart > 0, need / apart, np.inf), axis=1))
-    span = scale * np.ones(2) if np.isfinite(scale) else sizes.sum(0)
-    size = span + sizes.max(0)  # half a box of margin on every side
-    frac = (sizes.max(0) / 2 + xy * span) / size
-    return {t: (float(x), float(y)) for t, (x, y) in zip(names, frac)}, (float(size[0]), float(size[1]) + TITLE)
+    g = nx.DiGraph((u, v) for u, v, _ in schema_graph(schema).edges(keys=True) if u != v)
+    g.add_nodes_from(schema.table_names)
+    dag = nx.condensation(g)  # a cycle of references counts as one table
+    height: dict[int, int] = {}
+    for n in reversed(list(nx.topological_sort(dag))):
+        height[n] = 1 + max((height[m] for m in dag.successors(n)), default=-1)
+    member = dag.graph["mapping"]
+    top = max(height.values(), default=0)
+    out: list[list[str]] = [[] for _ in range(top + 1)]
+    for t in schema.table_names:
+        out[top - height[member[t]]].append(t)
+    return [layer for layer in out if layer]
+
+
+def layout(schema: Schema) -> tuple[dict[str, tuple[float, float]], tuple[float, float]]:
+    """Table positions in [0, 1] x [0, 1] and a figure size in inches at which no two boxes overlap: the
+    ``layers`` top-down, each in rows of at most ``MAX_ROW_INCHES``, a table placed near the mean position of
+    the tables it is linked to in the rows above (fewer arrows cross)."""
+    sizes = {t.name: box_size(t) for t in schema.tables}
+    links = schema_graph(schema).to_undirected()
+    placed: dict[str, tuple[float, float]] = {}  # table -> (x centre, row) in inches and rows
+    rows: list[list[str]] = []
+    for layer in layers(schema):
+        def above(t: str) -> float:  # where its linked tables already placed stand (none: keep schema order)
+            xs = [placed[n][0] for n in links.neighbors(t) if n in placed]
+            return sum(xs) / len(xs) if xs else float("inf")
+
+        layer = sorted(layer, key=above)
+        row, width = [], 0.0
+        for t in layer:
+            if row and width + sizes[t][0] + GAP > MAX_ROW_INCHES:
+                rows.append(row)
+                row, width = [], 0.0
+            row.append(t)
+            placed[t] = (width + sizes[t][0] / 2, len(rows))
+            width += sizes[t][0] + GAP
+        rows.append(row)
+    widths = [sum(sizes[t][0] + GAP for t in row) - GAP for row in rows]
+    heights = [max(sizes[t][1] for t in row) for row in rows]
+    span_x = max(widths)
+    span_y = sum(heights) + ROW_GAP * (len(rows) - 1)
+    heading = 0.6 * TITLE_FONT / 72 * max(map(len, title(schema)))  # the title is never cut
+    size = (max(span_x, heading) + 2 * GAP, span_y + 2 * GAP)
+    span_x = size[0] - 2 * GAP
+    pos, y = {}, GAP
+    for row, w, h in zip(rows, widths, heights):
+        shift = (span_x - w) / 2  # each row centred
+        for t in row:
+            pos[t] = ((GAP + shift + placed[t][0]) / size[0], 1 - (y + BOX_PAD) / size[1])  # the box's top
+        y += h + ROW_GAP
+    return pos, (float(size[0]), float(size[1]) + TITLE)
 
 
 def box_size(t: Table) -> tuple[float, float]:
@@ -93,16 +139,21 @@ def draw_schema(schema: Schema, ax=None):
         fig, ax = plt.subplots(figsize=size)
         fig.subplots_adjust(left=0, right=1, bottom=0, top=1 - TITLE / size[1])  # the layout spans the whole axis
 
-    def draw_boxes(zorder):
-        return {t.name: ax.text(*pos[t.name], plain(box_text(t)), ha="center", va="center", multialignment="left",
+    def draw_boxes(zorder):  # a row's boxes hang from its top
+        return {t.name: ax.text(*pos[t.name], plain(box_text(t)), ha="center", va="top", multialignment="left",
                                 family="monospace", fontsize=FONT, bbox=BOX, zorder=zorder) for t in schema.tables}
 
     # Every box twice: the copy under the arrows places the outlines they are cut at (a box is placed only
     # when drawn), the copy over them hides an arrow that passes behind a box
     boxes = draw_boxes(1)
     draw_boxes(3)
-    for t in schema.tables:
-        keys = [fk for fk in t.foreign_keys if fk.link_table != t.name]  # a key to its own table: listed in its box
+    # a key to its own table is listed in its box; on a crowded schema one arrow joins two tables however
+    # many keys link them (the boxes name every key), so that arrows stay few enough to follow
+    links = [(t, [fk for fk in t.foreign_keys if fk.link_table != t.name]) for t in schema.tables]
+    crowded = sum(len({fk.link_table for fk in keys}) for _, keys in links) > MAX_ARROWS
+    for t, keys in links:
+        if crowded:
+            keys = list({fk.link_table: fk for fk in keys}.values())
         for fk in keys:
             twins = [other.name for other in keys if other.link_table == fk.link_table]
             k = twins.index(fk.name)
@@ -121,8 +172,7 @@ def draw_schema(schema: Schema, ax=None):
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.axis("off")
-    ax.set_title(f"{plain(schema.name)}: {len(schema.tables)} tables; an arrow points from a foreign key to the table it "
-                 f"references")
+    ax.set_title("\n".join(map(plain, title(schema))), fontsize=TITLE_FONT)
     return ax.figure
 
 
@@ -133,12 +183,13 @@ def write_diagram(schema: Schema, stem: str | Path) -> list[Path]:
 
     stem = Path(stem)
     fig = draw_schema(schema)
+    dpi = min(DPI, MAX_PIXELS / max(fig.get_size_inches()))  # a wide schema: a smaller PNG, never a huge one
     out = []
     try:
         with matplotlib.rc_context({"svg.fonttype": "none"}):
             for fmt in ("svg", "png"):
                 buf = io.BytesIO()
-                fig.savefig(buf, format=fmt, bbox_inches="tight", dpi=150)
+                fig.savefig(buf, format=fmt, dpi=dpi)  # the layout fits the figure: no second pass to trim it
                 path = stem.with_name(f"{stem.name}.{fmt}")
                 atomic_write_bytes(path, buf.getvalue())
                 out.append(path)

@@ -35,7 +35,7 @@ FEATURE_DTYPES = ("numeric", "category", "datetime", "text")
 DANGLING_POLICIES = ("error", "null")
 SCHEMA_KEYS = ("name", "tables", "on_dangling_foreign_key")
 TABLE_KEYS = ("name", "source", "time_column", "time_from", "static", "columns")
-COLUMN_KEYS = ("name", "dtype", "link_to", "inferred")
+COLUMN_KEYS = ("name", "dtype", "link_to", "inferred", "feature")
 
 
 def check_keys(raw: dict, known, where: str, error: type = SchemaError) -> None:
@@ -68,6 +68,9 @@ class Column:
     dtype: str
     link_to: str | None = None  # "Table.column" for foreign keys
     inferred: bool = False  # key found by inference rather than declared
+    # false: kept for tasks to read, never a model's input (an import marks columns that identify a row or a
+    # person so, see fourdb.rdb.identifiers); only a numeric, category, datetime or text column, not the time
+    feature: bool = True
     derived: bool = False  # computed at load (an inherited time), never written to schema.yaml nor a feature
 
     @property
@@ -112,7 +115,12 @@ class Table:
 
     @property
     def feature_columns(self) -> list[Column]:
-        return [c for c in self.columns if c.dtype in FEATURE_DTYPES and not c.derived]
+        return [c for c in self.columns if c.dtype in FEATURE_DTYPES and not c.derived and c.feature]
+
+    @property
+    def not_features(self) -> list[Column]:
+        """The columns schema.yaml marks ``feature: false``."""
+        return [c for c in self.columns if not c.feature]
 
     @property
     def declared_columns(self) -> list[Column]:
@@ -193,7 +201,12 @@ class Schema:
                             f"table '{tname}', column '{c['name']}': foreign_key needs "
                             f"link_to: Table.column"
                         )
-                cols.append(Column(c["name"], c["dtype"], c.get("link_to"), bool(c.get("inferred", False))))
+                feature = c.get("feature", True)
+                if not isinstance(feature, bool) or not feature and c["dtype"] not in FEATURE_DTYPES:
+                    raise SchemaError(f"table '{tname}', column '{c['name']}': feature must be true or false, and "
+                                      f"false only for a {', '.join(FEATURE_DTYPES)} column (got {feature!r} on a "
+                                      f"{c['dtype']} column)")
+                cols.append(Column(c["name"], c["dtype"], c.get("link_to"), bool(c.get("inferred", False)), feature=feature))
             if not cols:
                 raise SchemaError(f"table '{tname}': no columns declared")
             if sum(c.dtype == "primary_key" for c in cols) > 1:
@@ -207,6 +220,8 @@ class Schema:
             time_column = t.get("time_column")
             if time_column is not None:
                 time_column = text_name(time_column, f"{where}, table '{tname}'", "time_column")
+            if any(c.name == time_column and not c.feature for c in cols):  # it says when a row is known
+                raise SchemaError(f"table '{tname}': the time column '{time_column}' cannot be feature: false")
             static = t.get("static", False)
             if not isinstance(static, bool):
                 raise SchemaError(f"table '{tname}': static must be true or false, got {static!r}")
@@ -225,6 +240,8 @@ class Schema:
                     d["link_to"] = c.link_to
                 if c.inferred:
                     d["inferred"] = True
+                if not c.feature:
+                    d["feature"] = False
                 cols.append(d)
             td = {"name": t.name, "source": t.source}
             if t.time_column and not t.column(t.time_column).derived:

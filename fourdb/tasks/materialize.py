@@ -17,7 +17,7 @@ import pandas as pd
 from fourdb.errors import TaskError
 from fourdb.rdb import Database
 from fourdb.rdb.database import take_rows
-from fourdb.rdb.schema import Schema, Table
+from fourdb.rdb.identifiers import without_columns
 from fourdb.tasks.kinds import rows_of
 from fourdb.tasks.kinds.recommendation import past_links  # noqa: F401 - models read a task's link history
 from fourdb.tasks.kinds.window import cutoffs, window_labels  # noqa: F401 - benchmarks time the SQL alone
@@ -51,25 +51,15 @@ class Task:
         return pd.Timestamp(self.spec.timestamps["val"])
 
     def input_database(self, db: Database) -> Database:
-        """``db`` as models may see it: ``removed_columns`` dropped from its tables (labels are computed
-        from the whole database first)."""
-        if not self.removed_columns:
-            return db
-        gone: dict[str, set] = {}
+        """``db`` as models may see it: ``removed_columns``, and the columns its schema marks ``feature: false``,
+        dropped from its tables (labels are computed from the whole database first)."""
+        gone: dict[str, set] = {t.name: {c.name for c in t.not_features} for t in db.schema.tables}
         for table, column in self.removed_columns:
-            gone.setdefault(table, set()).add(column)
-        tables, frames = [], {}
-        for t in db.schema.tables:
-            drop = gone.get(t.name, set())
-            for col in drop:
-                c = t.column(col)
-                if c.dtype in ("primary_key", "foreign_key") or col == t.time_column:
-                    raise TaskError(f"task '{self.spec.name}': cannot remove {t.name}.{col}, a key or the time column")
-            tables.append(Table(t.name, t.source, [c for c in t.columns if c.name not in drop], t.time_column,
-                                t.time_from, t.static, t.inherited_from))
-            frames[t.name] = db.tables[t.name].drop(columns=sorted(drop)) if drop else db.tables[t.name]
-        return Database(Schema(db.schema.name, tables, db.schema.on_dangling_foreign_key), frames, db.folder,
-                        db.notes)
+            c = db.schema.table(table).column(column)
+            if c.dtype in ("primary_key", "foreign_key") or column == db.schema.table(table).time_column:
+                raise TaskError(f"task '{self.spec.name}': cannot remove {table}.{column}, a key or the time column")
+            gone[table].add(column)
+        return without_columns(db, gone)
 
 
 def materialize(spec: TaskSpec, db: Database, allow_empty_splits: bool = False) -> Task:

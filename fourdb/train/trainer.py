@@ -29,7 +29,7 @@ from fourdb.engine.planning.timing import to_device
 from fourdb.train import checkpoint
 from fourdb.metrics import compute, higher_is_better
 from fourdb.tasks.types import TaskType, regression_objective
-from fourdb.utils import progress as progress_bar, resolve_device
+from fourdb.utils import ProgressLog, progress as progress_bar, resolve_device
 
 log = logging.getLogger("fourdb")
 
@@ -135,6 +135,8 @@ class Trainer:
         opt = torch.optim.AdamW(module.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
         state, resume_rng = self._resume(module, opt, rng, ctx)
         y_val = source.labels("val")
+        # the run's log: where training is, and how long it may still take (patience may stop it sooner)
+        epochs = ProgressLog("epochs", self.cfg.epochs, state.epoch, "epoch") if ctx.main else None
         for epoch in range(state.epoch, 0 if state.finished else self.cfg.epochs):
             start = time.perf_counter()
             resume_rng = self._train_epoch(module, net, opt, source, rng, state, epoch, resume_rng, sharded)
@@ -146,6 +148,9 @@ class Trainer:
                 state.best, state.best_state, state.bad_epochs = signed, copy.deepcopy(module.state_dict()), 0
             else:
                 state.bad_epochs += 1
+            if epochs is not None:
+                epochs.update(1, f"loss {self.history[-1]['loss']:.4g}, val {self.metric} {val_score:.4g}; "
+                                 f"{state.bad_epochs} of patience {self.cfg.patience} without improving")
             stop = state.bad_epochs >= self.cfg.patience
             state.epoch, state.step, state.losses = epoch + 1, 0, []
             state.epoch_rng = copy.deepcopy(rng.bit_generator.state)
@@ -154,6 +159,8 @@ class Trainer:
                 self._save(module, opt, state)
             if stop:
                 break
+        if epochs is not None:
+            epochs.close()
         if state.best_state is not None:
             module.load_state_dict(state.best_state)
         if state.finished and state.bad_epochs == 0 and state.epoch == self.cfg.epochs and ctx.main:
@@ -197,7 +204,7 @@ class Trainer:
         if self.cfg.max_steps_per_epoch:
             steps = min(steps, self.cfg.max_steps_per_epoch)
         bar = progress_bar(total=steps, initial=skip, desc=f"epoch {epoch + 1}/{self.cfg.epochs}", leave=False,
-                           enabled=self.cfg.progress and ctx.main)
+                           enabled=ctx.main, bar=self.cfg.progress, unit="batch")
         for step, (inputs, y) in enumerate(source.train_batches(rng)):
             if step >= steps:
                 break
@@ -253,7 +260,8 @@ class Trainer:
         if out is not None:  # the source computed all outputs at once (layer-wise inference)
             scores = self._scores(out)
         elif not ctx.distributed:
-            batches = progress_bar(source.batches(split), self.cfg.progress, desc=f"predicting {split}", leave=False)
+            batches = progress_bar(source.batches(split), bar=self.cfg.progress, desc=f"predicting {split}", leave=False,
+                                   unit="batch")
             scores = np.concatenate([self._scores(module(*to_device(inputs, self.device))) for inputs in batches])
         else:  # rank r predicts batches r, r + world, ...; every rank gets all of them back, in order
             if source.shardable:

@@ -8,6 +8,7 @@ models sit below this layer); nothing outside this package compares kind names.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
@@ -16,6 +17,7 @@ from fourdb.registry import Registry
 from fourdb.tasks import Task
 from fourdb.tasks.checks import refuse_nothing_to_learn
 from fourdb.tasks.splits import SPLITS
+from fourdb.utils import atomic_write_text
 
 log = logging.getLogger("fourdb")
 
@@ -45,13 +47,14 @@ class InputKind:
         """The column report (``fourdb.describe``) of what it reads; None: it reads no column."""
         return None
 
-    def log_columns(self, cfg: DictConfig, db, task: Task, data) -> None:
-        """Say in the run's log which columns of each table the model reads and which it drops, and why."""
+    def log_columns(self, cfg: DictConfig, db, task: Task, data, out_dir=None) -> None:
+        """Say in the run's log, in brief, which columns of each table the model reads and which it drops, and
+        why; every column's line goes to ``out_dir/columns.tsv``."""
         view = self.column_view(cfg)
         if view is None:
             log.info("columns: the model reads no column, only the task's %s", self.reads_instead)
         else:
-            log_view(cfg, db, task, view, self.encoders(data))
+            log_view(cfg, db, task, view, self.encoders(data), out_dir)
 
     reads_instead = "training labels"  # what a kind that reads no column reads, for the log
 
@@ -81,16 +84,25 @@ def board_name(inputs: dict) -> str:
     return next(n for n in names if n is not None)
 
 
-def log_view(cfg: DictConfig, db, task: Task, view: str, encoders: dict | None = None) -> None:
-    """The log lines of column view ``view`` (a feature set's or the graph's) of a run of ``cfg``."""
-    from fourdb.describe import VIEWS, column_report, log_lines
+COLUMNS_FILE = "columns.tsv"  # in the run folder: the column report in full, a line per column
+
+
+def log_view(cfg: DictConfig, db, task: Task, view: str, encoders: dict | None = None, out_dir=None) -> None:
+    """The log lines of column view ``view`` (a feature set's or the graph's) of a run of ``cfg``, and the
+    report in full in ``out_dir`` (where given)."""
+    from fourdb.describe import VIEWS, column_report, log_lines, report_frame
 
     if view not in VIEWS:
         log.info("columns: no column report for feature set '%s'", view)
         return
     features = OmegaConf.to_container(cfg.features, resolve=True)
     params = {k: v for k, v in features.items() if k in VIEWS[view].settings}
-    for line in log_lines(column_report(db, task, (view,), cfg.graph.name, encoders=encoders, **params)):
+    uses = column_report(db, task, (view,), cfg.graph.name, encoders=encoders, **params)
+    path = None
+    if out_dir is not None:
+        path = Path(out_dir) / COLUMNS_FILE
+        atomic_write_text(path, report_frame(uses).to_csv(sep="\t", index=False))
+    for line in log_lines(uses, str(path) if path else None):
         log.info("%s", line)
 
 
