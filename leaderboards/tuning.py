@@ -25,8 +25,11 @@ new one (the old lines stay, as history).
 Cost (from the committed records' `wall_seconds`, one thread per run as `--jobs 2` runs them): the tasks' 62
 tunable headline cells take 3,978 s per run together, so 8 trials are about 8.8 hours of runs (4.5 with
 `--jobs 2` on the 2 cores), and the chosen settings' 3 seeds at most 3.3 more; two thirds of it is the
-recommendation tasks' two GNNs (idgnn and ContextGNN on browsing: 4 to 10 minutes a run). A larger setting
-(hidden 128, the ResNet row encoder) runs longer than the defaults, so count on up to half as much again.
+recommendation tasks' two GNNs (idgnn and ContextGNN on browsing: 4 to 10 minutes a run). A setting away from
+the defaults may run longer (hidden 128, the ResNet row encoder, a lower learning rate boosting more rounds), so
+count on about half as much again: a night or two on this machine with nothing else on its cores. On the 30k
+budget a run is up to six times longer, days of trials; so trials run on the small budget, and the choice carries
+to the larger budgets.
 """
 from __future__ import annotations
 
